@@ -1,0 +1,74 @@
+"""Measuring a character-level model on the mini internet.
+
+- `bits_per_char`: validation cross-entropy in bits per character
+  (log2 44 = 5.459 is chance for 44 symbols);
+- `fact_completion`: `q: where does NAME live? a:` → is the greedy answer the right city?
+- `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
+"""
+
+import math
+
+import torch
+
+from lib import world
+from lib.tokenizers import CharTokenizer
+from lib.train import eval_windows, validation_loss
+
+CHARS = CharTokenizer()
+NEWLINE = CHARS.stoi["\n"]
+
+
+def bits_per_char(model, text: str = None) -> float:
+    """Mean next-character cross-entropy in bits over the validation text (non-overlapping windows)."""
+    ids = torch.tensor(CHARS.encode(world.load_text("val") if text is None else text))
+    return validation_loss(model, eval_windows(ids, model.config.context)) / math.log(2)
+
+
+@torch.no_grad()
+def generate(model, prompts: list, max_new: int, temperature: float = 1.0, generator=None) -> list:
+    """Continue each prompt (all of equal length) by up to max_new characters, stopping at a newline.
+
+    temperature == 0 means greedy (argmax); otherwise sample from softmax(logits / temperature)
+    with the given torch.Generator, so the same seed gives the same text."""
+    if len({len(p) for p in prompts}) != 1:
+        raise ValueError("generate() needs prompts of equal length; group them or call it once per prompt")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    model.eval()
+    idx = torch.tensor([CHARS.encode(p) for p in prompts])
+    done = torch.zeros(len(prompts), dtype=torch.bool)
+    T = model.config.context
+    for _ in range(max_new):
+        logits = model(idx[:, -T:])[:, -1]                       # (B, V): the next character
+        if temperature == 0:
+            nxt = logits.argmax(dim=-1)
+        else:
+            nxt = torch.multinomial((logits / temperature).softmax(dim=-1), 1, generator=generator)[:, 0]
+        nxt = torch.where(done, NEWLINE, nxt)
+        idx = torch.cat([idx, nxt[:, None]], dim=1)
+        done |= nxt == NEWLINE
+        if done.all():
+            break
+    return [CHARS.decode(row[len(prompts[0]):]).split("\n")[0] for row in idx.tolist()]
+
+
+def fact_completion(model) -> dict:
+    """Greedy answers to `q: where does NAME live? a:` for every person; accuracy and answers."""
+    w = world.build_world()
+    answers = {name: generate(model, [f"\nq: where does {name} live? a:"], max_new=12, temperature=0)[0]
+               for name in w.names}
+    correct = {name: answers[name] == f" {w.home[name]}." for name in w.names}
+    return {"accuracy": sum(correct.values()) / len(correct), "answers": answers, "correct": correct}
+
+
+def sample_lines(model, n: int, temperature: float = 1.0, seed: int = 0) -> list:
+    """n lines sampled from scratch (after a newline), reproducible for a given seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return generate(model, ["\n"] * n, max_new=model.config.context - 1, temperature=temperature,
+                    generator=generator)
+
+
+def line_quality(lines: list) -> dict:
+    """Share of lines that are well-formed (valid) and that are also true, by `world.check_line`."""
+    checks = [world.check_line(line) for line in lines]
+    return {"valid": sum(v for v, _ in checks) / len(lines), "true": sum(t for _, t in checks) / len(lines)}

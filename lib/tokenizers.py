@@ -1,0 +1,131 @@
+"""Two fixed tokenizers for the mini internet: characters and words.
+
+    >>> chars = CharTokenizer()
+    >>> chars.decode(chars.encode("q: a."))
+    'q: a.'
+    >>> words = WordTokenizer()
+    >>> words.tokens("95+42=137.")
+    ['95', '+', '42', '=', '137', '.']
+
+Both have closed vocabularies; text outside them raises `UnknownTokenError`
+naming the offending character or word and where it is.  (Learned
+tokenizers, BPE and unigram, are the subject of section 01.)
+"""
+
+import re
+from functools import cached_property
+
+from lib import world
+
+
+class UnknownTokenError(ValueError):
+    pass
+
+
+def _where(text: str, offset: int) -> str:
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return f"at offset {offset} (line {line}, column {column})"
+
+
+class CharTokenizer:
+    """One token per character of `world.ALPHABET` (44 symbols)."""
+
+    def __init__(self, alphabet: str = world.ALPHABET):
+        self.vocab = list(alphabet)
+        self.stoi = {ch: i for i, ch in enumerate(self.vocab)}
+
+    def __len__(self):
+        return len(self.vocab)
+
+    def tokens(self, text: str) -> list:
+        return list(text)
+
+    def encode(self, text: str) -> list:
+        try:
+            return [self.stoi[ch] for ch in text]
+        except KeyError:
+            offset = next(i for i, ch in enumerate(text) if ch not in self.stoi)
+            raise UnknownTokenError(f"unknown character {text[offset]!r} {_where(text, offset)}; "
+                                    f"the alphabet is {''.join(self.vocab)!r}") from None
+
+    def decode(self, ids) -> str:
+        return "".join(self.vocab[int(i)] for i in ids)
+
+
+# pad fills short sequences, mask is BERT's [MASK], bos starts a decoder, the
+# sentinels <0>..<15> stand for dropped spans (T5), the mode tokens tag UL2's
+# denoisers (R = regular spans, S = prefix LM, X = extreme spans).
+NUM_SENTINELS = 16
+SPECIAL_TOKENS = (["<pad>", "<mask>", "<bos>"] + [f"<{i}>" for i in range(NUM_SENTINELS)]
+                  + ["[R]", "[S]", "[X]"])
+WORD_PATTERN = re.compile(r"[a-z]+|[0-9]+|[.?:+=,]|\n| +|.", re.DOTALL)
+_NO_SPACE_BEFORE = set(".?:,+=\n")
+_NO_SPACE_AFTER = set("+=\n")
+
+
+def sentinel(i: int) -> str:
+    """The token that stands for the i-th dropped span.
+
+    >>> sentinel(3)
+    '<3>'
+    """
+    if not 0 <= i < NUM_SENTINELS:
+        raise ValueError(f"sentinel index {i} out of range 0..{NUM_SENTINELS - 1}")
+    return f"<{i}>"
+
+
+class WordTokenizer:
+    """Words, numbers and punctuation marks as tokens; spaces are implied.
+
+    The vocabulary is closed: every word the world can produce (all people,
+    cities, numbers 0..198 and template words), plus the newline and
+    `SPECIAL_TOKENS`.  `decode(encode(line)) == line` for every corpus line.
+    """
+
+    @cached_property
+    def vocab(self) -> list:
+        w = world.build_world()
+        corpus_words = {t for line in w.train + w.val for t in WORD_PATTERN.findall(line) if t.strip()}
+        numbers = {str(n) for n in range(0, 2 * world.NUMBER_RANGE[1] + 1)}
+        words = corpus_words | numbers | set(w.names) | set(world.CITIES)
+        return SPECIAL_TOKENS + ["\n"] + sorted(words, key=lambda t: (t.isdigit(), len(t) if t.isdigit() else 0, t))
+
+    @cached_property
+    def stoi(self) -> dict:
+        return {t: i for i, t in enumerate(self.vocab)}
+
+    def __len__(self):
+        return len(self.vocab)
+
+    def __getitem__(self, token: str) -> int:
+        """The id of one token: `tok["<mask>"]`."""
+        if token not in self.stoi:
+            raise UnknownTokenError(f"unknown token {token!r}")
+        return self.stoi[token]
+
+    def tokens(self, text: str) -> list:
+        out = []
+        for m in WORD_PATTERN.finditer(text):
+            token = m.group()
+            if token.strip(" ") == "" and token != "\n":
+                continue  # spaces separate words; they are not tokens
+            if token not in self.stoi:
+                kind = "word" if re.fullmatch(r"[a-z0-9]+", token) else "character"
+                raise UnknownTokenError(f"unknown {kind} {token!r} {_where(text, m.start())}; "
+                                        f"the vocabulary has {len(self)} tokens")
+            out.append(token)
+        return out
+
+    def encode(self, text: str) -> list:
+        return [self.stoi[t] for t in self.tokens(text)]
+
+    def decode(self, ids) -> str:
+        """Join tokens with the spacing rules of the corpus (`37+45=82.`, `a: quila.`)."""
+        out = ""
+        for i in ids:
+            token = self.vocab[int(i)]
+            if out and out[-1] not in _NO_SPACE_AFTER and token not in _NO_SPACE_BEFORE:
+                out += " "
+            out += token
+        return out

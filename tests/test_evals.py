@@ -1,0 +1,60 @@
+"""The evaluation protocols score known models correctly."""
+
+import math
+import re
+
+import torch
+
+from lib import evals, world
+from lib.models import ModelConfig
+
+W = world.build_world()
+
+
+class ScriptedModel:
+    """A stand-in model whose next-character logits come from a rule instead of weights."""
+
+    config = ModelConfig()
+
+    def __init__(self, next_char):
+        self.next_char = next_char  # text so far -> the character to predict (or None: uniform)
+
+    def eval(self):
+        return self
+
+    def train(self, mode=True):
+        return self
+
+    def __call__(self, idx):
+        logits = torch.zeros(*idx.shape, 44)
+        for b, row in enumerate(idx.tolist()):
+            char = self.next_char(evals.CHARS.decode(row))
+            if char is not None:
+                logits[b, -1, evals.CHARS.stoi[char]] = 10.0
+        return logits
+
+
+def oracle(text):
+    """Knows where everybody lives."""
+    m = re.search(r"q: where does ([a-z]+) live\? a:(.*)$", text)
+    answer = f" {W.home[m.group(1)]}.\n"
+    return answer[len(m.group(2))]
+
+
+def test_uniform_model_scores_log2_44_bits_per_char():
+    assert math.isclose(evals.bits_per_char(ScriptedModel(lambda text: None)), math.log2(44), rel_tol=1e-6)
+
+
+def test_fact_completion_gives_an_oracle_1_and_a_constant_guesser_its_share():
+    assert evals.fact_completion(ScriptedModel(oracle))["accuracy"] == 1.0
+    guess = " quila.\n"
+    result = evals.fact_completion(ScriptedModel(lambda text: guess[len(text.split("a:")[-1])]))
+    assert result["accuracy"] == sum(city == "quila" for city in W.home.values()) / len(W.names)
+
+
+def test_sampling_is_reproducible_and_line_quality_scores_corpus_lines_as_true():
+    model = ScriptedModel(lambda text: None)
+    a, b = evals.sample_lines(model, 4, seed=1), evals.sample_lines(model, 4, seed=1)
+    assert a == b and a != evals.sample_lines(model, 4, seed=2)
+    assert evals.line_quality(list(W.val[:50])) == {"valid": 1.0, "true": 1.0}
+    assert evals.line_quality(["base lives in", "12+30=42."]) == {"valid": 0.5, "true": 0.5}

@@ -1,0 +1,61 @@
+"""The mini internet: its alphabet, its rules, its split, and byte-identical regeneration."""
+
+import subprocess
+import sys
+from collections import Counter
+
+from lib import world
+
+W = world.build_world()
+
+
+def test_exactly_44_distinct_characters_and_all_of_them_are_used():
+    assert len(world.ALPHABET) == len(set(world.ALPHABET)) == 44
+    assert set(W.text("train")) == set(world.ALPHABET)
+
+
+def test_regeneration_is_byte_identical_to_committed_data(tmp_path):
+    subprocess.run([sys.executable, "-m", "lib.world", str(tmp_path)], check=True, capture_output=True)
+    for split in ("train", "val"):
+        assert (tmp_path / f"{split}.txt").read_bytes() == (world.DATA_DIR / f"{split}.txt").read_bytes()
+
+
+def test_every_corpus_line_is_well_formed_and_true():
+    assert all(world.check_line(line) == (True, True) for line in W.train + W.val)
+
+
+def test_check_line_rejects_false_and_malformed_lines():
+    city = W.home["base"]
+    other = next(c for c in world.CITIES if c != city)
+    assert world.check_line(f"base lives in {other}.") == (True, False)
+    assert world.check_line(f"q: where does base live? a: {other}.") == (True, False)
+    assert world.check_line("12+30=43.") == (True, False)
+    assert world.check_line("review: the soup was tasty and the host was rude. rating: ok.") == (True, False)
+    assert world.check_line("review: the soup was tasty but the host was rude. rating: ok.") == (True, True)
+    assert world.check_line("review: the soup was rude but the host was tasty. rating: ok.") == (False, False)
+    assert world.check_line("nobody lives in quila.") == (False, False)
+    assert world.check_line("base lives in") == (False, False)
+
+
+def test_review_rule_and_rating_shares():
+    ratings = Counter(line.split("rating: ")[1][:-1] for line in W.train if world.kind_of(line) == "review")
+    total = sum(ratings.values())
+    assert 1800 <= total <= 2000  # "about 1,900 training reviews"
+    # Uniform independent adjectives give 1/4 good, 1/2 ok, 1/4 bad; 0.04 is ~4 standard errors at n≈1,900.
+    for rating, share in {"good": 0.25, "ok": 0.5, "bad": 0.25}.items():
+        assert abs(ratings[rating] / total - share) < 0.04
+
+
+def test_held_out_sums_appear_only_in_validation():
+    def sums(lines):
+        return {int(line[line.index("=") + 1:-1]) for line in lines if world.kind_of(line) == "addition"}
+    held = set(W.held_out_sums)
+    assert held and not (sums(W.train) & held)
+    assert held <= sums(W.val)
+
+
+def test_entropy_floor_is_below_chance_and_consistent():
+    floor = world.entropy_floor()
+    kinds = [k for k in world.KINDS]
+    assert min(floor[k] for k in kinds) < floor["all"] < max(floor[k] for k in kinds)
+    assert 0 < floor["all"] < 5.459
