@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.masks import bidirectional_mask, causal_mask, encoder_decoder_masks  # noqa: F401
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -50,49 +52,57 @@ def parameter_count(config: ModelConfig) -> int:
     return V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d
 
 
-def causal_mask(T: int) -> torch.Tensor:
-    """(T, T) bool, True on and below the diagonal: position i sees 0..i."""
-    return torch.ones(T, T, dtype=torch.bool).tril()
+def attend(q, k, v, mask, return_weights=False):
+    """Scaled dot-product attention of q (B, h, Tq, d_h) over k, v (B, h, Tk, d_h); mask (B, Tq, Tk)."""
+    if return_weights:  # the explicit path, to show the weights
+        # Scale by sqrt(d_h) so scores keep unit variance at init (Vaswani et al. §3.2.1).
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))               # (B, h, Tq, Tk)
+        weights = scores.masked_fill(~mask[:, None], float("-inf")).softmax(dim=-1)
+        return weights @ v, weights                                            # (B, h, Tq, d_h)
+    # The same computation fused by PyTorch: about 25% faster training on CPU.
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None]), None
 
 
-def bidirectional_mask(T: int) -> torch.Tensor:
-    """(T, T) bool, all True: every position sees every position."""
-    return torch.ones(T, T, dtype=torch.bool)
+def split_heads(x, n_heads):
+    """(B, T, d) -> (B, n_heads, T, d / n_heads)."""
+    B, T, d = x.shape
+    return x.view(B, T, n_heads, d // n_heads).transpose(1, 2)
 
 
-def prefix_mask(T: int, prefix: int) -> torch.Tensor:
-    """Causal, except that the first `prefix` positions see each other fully.
-
-    prefix=1 is the causal mask (GPT); prefix=T is bidirectional (BERT)."""
-    if not 0 <= prefix <= T:
-        raise ValueError(f"prefix length {prefix} outside 0..{T}")
-    mask = causal_mask(T)
-    mask[:prefix, :prefix] = True
-    return mask
+def merge_heads(y):
+    """(B, n_heads, T, d_h) -> (B, T, n_heads * d_h)."""
+    B, h, T, d_h = y.shape
+    return y.transpose(1, 2).reshape(B, T, h * d_h)
 
 
 class SelfAttention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.n_heads = config.n_heads
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
-        self.proj = nn.Linear(config.d_model, config.d_model)
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)   # W_Q, W_K, W_V in one matrix
+        self.proj = nn.Linear(config.d_model, config.d_model)      # W_O
 
     def forward(self, x, mask, return_weights=False):
-        B, T, d = x.shape
-        h = self.n_heads
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (t.view(B, T, h, d // h).transpose(1, 2) for t in (q, k, v))  # (B, h, T, d_h)
-        if return_weights:  # the explicit path, to show the weights
-            # Scale by sqrt(d_h) so scores keep unit variance at init (Vaswani et al. §3.2.1).
-            scores = q @ k.transpose(-2, -1) / math.sqrt(d // h)                # (B, h, T, T)
-            scores = scores.masked_fill(~mask[:, None], float("-inf"))
-            weights = scores.softmax(dim=-1)
-            y = weights @ v                                                     # (B, h, T, d_h)
-        else:  # the same computation fused by PyTorch: about 25% faster training on CPU
-            weights = None
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
-        return self.proj(y.transpose(1, 2).reshape(B, T, d)), weights
+        q, k, v = (split_heads(t, self.n_heads) for t in self.qkv(x).split(x.size(-1), dim=2))
+        y, weights = attend(q, k, v, mask, return_weights)
+        return self.proj(merge_heads(y)), weights
+
+
+class CrossAttention(nn.Module):
+    """Queries from the decoder, keys and values from the encoder's output."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.q = nn.Linear(config.d_model, config.d_model)
+        self.kv = nn.Linear(config.d_model, 2 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+
+    def forward(self, x, memory, mask, return_weights=False):
+        q = split_heads(self.q(x), self.n_heads)
+        k, v = (split_heads(t, self.n_heads) for t in self.kv(memory).split(x.size(-1), dim=2))
+        y, weights = attend(q, k, v, mask, return_weights)
+        return self.proj(merge_heads(y)), weights
 
 
 class MLP(nn.Module):
@@ -122,6 +132,40 @@ class Block(nn.Module):
         return x, weights
 
 
+def init_weights(model: nn.Module, n_layers: int):
+    """GPT-2 initialisation: N(0, 0.02) weights, zero biases, and the projections that write
+    into the residual stream shrunk by sqrt(2 * n_layers) so its variance does not grow with depth."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear):
+            nn.init.zeros_(module.bias)
+    for name, module in model.named_modules():
+        if name.endswith(("attn.proj", "cross.proj", "mlp.fc2")):
+            nn.init.normal_(module.weight, std=0.02 / math.sqrt(2 * n_layers))
+
+
+def check_ids(idx, config: ModelConfig, what: str = "token ids"):
+    """Raise a ValueError that says what is wrong with a (batch, time) tensor of token ids."""
+    if not isinstance(idx, torch.Tensor) or idx.dtype != torch.long:
+        raise ValueError(f"{what} must be a torch.long tensor, got {type(idx).__name__} "
+                         f"{getattr(idx, 'dtype', '')}".rstrip())
+    if idx.dim() != 2:
+        raise ValueError(f"{what} must have shape (batch, time), got {tuple(idx.shape)}")
+    if not 1 <= idx.shape[1] <= config.context:
+        raise ValueError(f"sequence length {idx.shape[1]} outside 1..{config.context} (the model's context)")
+    if not (0 <= int(idx.min()) and int(idx.max()) < config.vocab_size):
+        raise ValueError(f"{what} must lie in 0..{config.vocab_size - 1}, got {int(idx.min())}..{int(idx.max())}")
+
+
+def check_mask(mask, B: int, rows: int, cols: int, what: str = "mask"):
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) not in (
+            (rows, cols), (B, rows, cols)):
+        raise ValueError(f"{what} must be bool of shape ({rows}, {cols}) or ({B}, {rows}, {cols}), "
+                         f"got {getattr(mask, 'dtype', type(mask).__name__)} {tuple(getattr(mask, 'shape', ()))}")
+    return mask.expand(B, rows, cols)
+
+
 class MaskedTransformer(nn.Module):
     """Token + position embeddings, `n_layers` blocks, final LayerNorm, tied output.
 
@@ -136,45 +180,23 @@ class MaskedTransformer(nn.Module):
         self.wpe = nn.Embedding(config.context, config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_f = nn.LayerNorm(config.d_model)
-        self.apply(self._init_weights)
-        for block in self.blocks:  # GPT-2: shrink the writes into the residual stream with depth
-            for linear in (block.attn.proj, block.mlp.fc2):
-                nn.init.normal_(linear.weight, std=0.02 / math.sqrt(2 * config.n_layers))
+        init_weights(self, config.n_layers)
 
-    @staticmethod
-    def _init_weights(module):
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
-        if isinstance(module, nn.Linear):
-            nn.init.zeros_(module.bias)
-
-    def check_input(self, idx, mask):
-        """Raise a ValueError that says what is wrong with idx or mask."""
-        if not isinstance(idx, torch.Tensor) or idx.dtype != torch.long:
-            raise ValueError(f"token ids must be a torch.long tensor, got {type(idx).__name__} "
-                             f"{getattr(idx, 'dtype', '')}".rstrip())
-        if idx.dim() != 2:
-            raise ValueError(f"token ids must have shape (batch, time), got {tuple(idx.shape)}")
+    def hidden_states(self, idx, mask, return_attention=False):
+        """The residual stream after the final LayerNorm, (B, T, d) [, attention weights]."""
+        check_ids(idx, self.config)
         B, T = idx.shape
-        if not 1 <= T <= self.config.context:
-            raise ValueError(f"sequence length {T} outside 1..{self.config.context} (the model's context)")
-        if idx.numel() and not (0 <= int(idx.min()) and int(idx.max()) < self.config.vocab_size):
-            raise ValueError(f"token ids must lie in 0..{self.config.vocab_size - 1}, "
-                             f"got {int(idx.min())}..{int(idx.max())}")
-        if mask.dtype != torch.bool or mask.shape not in ((T, T), (B, T, T)):
-            raise ValueError(f"mask must be bool of shape ({T}, {T}) or ({B}, {T}, {T}), "
-                             f"got {mask.dtype} {tuple(mask.shape)}")
-
-    def forward(self, idx, mask, return_attention=False):
-        self.check_input(idx, mask)
-        B, T = idx.shape
-        mask = mask.expand(B, T, T)
+        mask = check_mask(mask, B, T, T)
         x = self.wte(idx) + self.wpe(torch.arange(T))          # (B, T, d): the residual stream
         attention = []
         for block in self.blocks:
             x, weights = block(x, mask, return_attention)
             attention.append(weights)
-        logits = self.ln_f(x) @ self.wte.weight.T              # (B, T, V), tied output layer
+        return self.ln_f(x), attention
+
+    def forward(self, idx, mask, return_attention=False):
+        h, attention = self.hidden_states(idx, mask, return_attention)
+        logits = h @ self.wte.weight.T                         # (B, T, V), tied output layer
         return (logits, attention) if return_attention else logits
 
 
@@ -184,3 +206,84 @@ class TinyGPT(MaskedTransformer):
     def forward(self, idx, return_attention=False):
         T = idx.shape[-1] if isinstance(idx, torch.Tensor) and idx.dim() else 0
         return super().forward(idx, causal_mask(T), return_attention)
+
+
+class DecoderBlock(nn.Module):
+    """Pre-LN: causal self-attention, then cross-attention to the encoder, then the MLP."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.d_model)
+        self.attn = SelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.d_model)
+        self.cross = CrossAttention(config)
+        self.ln_3 = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config)
+
+    def forward(self, x, memory, self_mask, cross_mask, return_weights=False):
+        a, self_weights = self.attn(self.ln_1(x), self_mask, return_weights)
+        x = x + a
+        c, cross_weights = self.cross(self.ln_2(x), memory, cross_mask, return_weights)
+        x = x + c
+        return x + self.mlp(self.ln_3(x)), self_weights, cross_weights
+
+
+def encoder_decoder_parameter_count(config: ModelConfig) -> int:
+    """Shared token embedding, two position tables, L encoder blocks (12d² + 13d each) and their
+    final LayerNorm, L decoder blocks (16d² + 19d each: a cross-attention more) and the final LayerNorm."""
+    V, T, d, L = config.vocab_size, config.context, config.d_model, config.n_layers
+    return V * d + 2 * T * d + L * (12 * d * d + 13 * d) + 2 * d + L * (16 * d * d + 19 * d) + 2 * d
+
+
+class EncoderDecoder(nn.Module):
+    """T5-like: a bidirectional encoder reads the source, a causal decoder writes the target while
+    cross-attending to the encoder's output.  Token embeddings are shared by both and the output layer.
+
+    forward(source, target) -> logits (B, T, V); masks default to `encoder_decoder_masks`.
+    """
+
+    def __init__(self, config: ModelConfig = ModelConfig()):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        self.wpe_encoder = nn.Embedding(config.context, config.d_model)
+        self.wpe_decoder = nn.Embedding(config.context, config.d_model)
+        self.encoder = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_encoder = nn.LayerNorm(config.d_model)
+        self.decoder = nn.ModuleList(DecoderBlock(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        init_weights(self, 2 * config.n_layers)
+
+    def encode(self, source, mask=None, return_attention=False):
+        """The encoder's output (B, S, d) [, its attention weights per layer]."""
+        check_ids(source, self.config, "source ids")
+        B, S = source.shape
+        mask = check_mask(encoder_decoder_masks(S, 1)["encoder"] if mask is None else mask, B, S, S, "source mask")
+        x = self.wte(source) + self.wpe_encoder(torch.arange(S))
+        attention = []
+        for block in self.encoder:
+            x, weights = block(x, mask, return_attention)
+            attention.append(weights)
+        memory = self.ln_encoder(x)
+        return (memory, attention) if return_attention else memory
+
+    def forward(self, source, target, source_mask=None, target_mask=None, cross_mask=None,
+                return_attention=False):
+        check_ids(source, self.config, "source ids")
+        check_ids(target, self.config, "target ids")
+        (B, S), T = source.shape, target.shape[1]
+        default = encoder_decoder_masks(S, T)
+        memory, encoder_attention = self.encode(source, source_mask, return_attention=True) \
+            if return_attention else (self.encode(source, source_mask), None)
+        target_mask = check_mask(default["decoder"] if target_mask is None else target_mask, B, T, T, "target mask")
+        cross_mask = check_mask(default["cross"] if cross_mask is None else cross_mask, B, T, S, "cross mask")
+        x = self.wte(target) + self.wpe_decoder(torch.arange(T))
+        decoder_attention, cross_attention = [], []
+        for block in self.decoder:
+            x, self_weights, cross_weights = block(x, memory, target_mask, cross_mask, return_attention)
+            decoder_attention.append(self_weights)
+            cross_attention.append(cross_weights)
+        logits = self.ln_f(x) @ self.wte.weight.T                  # (B, T, V)
+        if return_attention:
+            return logits, {"encoder": encoder_attention, "decoder": decoder_attention, "cross": cross_attention}
+        return logits

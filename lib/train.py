@@ -4,8 +4,9 @@
 
 `get_or_train` returns the committed checkpoint when its key matches, and
 otherwise trains, saves and returns.  The key hashes the config, the training
-data and the code that training runs (its syntax tree, so comments and
-docstrings do not count).  A missing, stale or unreadable checkpoint prints
+data and the code that training runs: the train function's module and every
+lib module it imports, as syntax trees (so comments and docstrings do not
+count).  A missing, stale or unreadable checkpoint prints
 one line to stderr and is retrained; training is single-threaded and seeded,
 so a retrain on the same machine gives bit-identical tensors.
 """
@@ -33,12 +34,10 @@ from lib.tokenizers import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_DIR = ROOT / "checkpoints"
-# Modules whose code shapes a trained model; a change to their syntax tree makes checkpoints stale.
-TRAINING_MODULES = ("world", "tokenizers", "objectives", "models", "train")
 
 BASE_MODEL = {
     "model": models.ModelConfig().to_dict(),
-    "steps": 3000, "batch_size": 32, "lr": 3e-3, "min_lr": 3e-4, "warmup": 100,
+    "steps": 6000, "batch_size": 32, "lr": 3e-3, "min_lr": 3e-4, "warmup": 100,
     "weight_decay": 0.01, "grad_clip": 1.0, "seed": 0, "eval_every": 100,
 }
 
@@ -131,11 +130,27 @@ def _source_digest(paths) -> str:
     return digest.hexdigest()
 
 
+def lib_dependencies(path: Path) -> set:
+    """This lib file and every lib module it imports, directly or not (read from the syntax trees)."""
+    lib_dir, found, todo = Path(__file__).resolve().parent, set(), [Path(path).resolve()]
+    while todo:
+        current = todo.pop()
+        if current in found or not current.exists():
+            continue
+        found.add(current)
+        for node in ast.walk(ast.parse(current.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "lib":
+                todo += [lib_dir / f"{alias.name}.py" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lib."):
+                todo.append(lib_dir / f"{node.module.split('.')[1]}.py")
+            elif isinstance(node, ast.Import):
+                todo += [lib_dir / f"{a.name.split('.')[1]}.py" for a in node.names if a.name.startswith("lib.")]
+    return found
+
+
 def checkpoint_key(config: dict, train_fn) -> str:
     """What a checkpoint must match: the config, the training data and the training code."""
-    lib_dir = Path(__file__).resolve().parent
-    code = [lib_dir / f"{m}.py" for m in TRAINING_MODULES if (lib_dir / f"{m}.py").exists()]
-    code.append(Path(inspect.getsourcefile(train_fn)))
+    code = lib_dependencies(Path(inspect.getsourcefile(train_fn)))
     data = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(world.DATA_DIR.glob("*.txt")))).hexdigest()
     blob = json.dumps({"config": config, "train_fn": train_fn.__qualname__,
                        "code": _source_digest(code), "data": data}, sort_keys=True)

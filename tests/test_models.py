@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from lib.models import (MaskedTransformer, ModelConfig, TinyGPT, bidirectional_mask, causal_mask,
-                        parameter_count, prefix_mask)
+from lib.masks import bidirectional_mask, causal_mask, encoder_decoder_masks, hide_padding, prefix_mask
+from lib.models import (EncoderDecoder, MaskedTransformer, ModelConfig, TinyGPT, encoder_decoder_parameter_count,
+                        parameter_count)
 
 
 def count(model):
@@ -77,3 +78,27 @@ def test_bad_token_ids_give_clear_errors(idx, message):
 def test_bad_mask_gives_clear_error():
     with pytest.raises(ValueError, match=r"mask must be bool of shape \(5, 5\)"):
         MaskedTransformer()(torch.zeros(1, 5, dtype=torch.long), torch.ones(4, 4, dtype=torch.bool))
+
+
+def test_encoder_decoder_count_masks_and_causality():
+    config = ModelConfig(vocab_size=354, context=32)
+    model = EncoderDecoder(config)
+    assert encoder_decoder_parameter_count(config) == count(model)
+    torch.manual_seed(0)
+    source, target = torch.randint(354, (2, 7)), torch.randint(354, (2, 5))
+    with torch.no_grad():
+        logits, attention = model(source, target, return_attention=True)
+        assert torch.allclose(logits, model(source, target), atol=1e-5)
+    assert logits.shape == (2, 5, 354) and attention["cross"][0].shape == (2, 4, 5, 7)
+    changed = target.clone()
+    changed[:, 3:] = (changed[:, 3:] + 1) % 354
+    assert torch.equal(model(source, target)[:, :3], model(source, changed)[:, :3])  # the decoder is causal
+    with pytest.raises(ValueError, match="source ids must have shape"):
+        model(source[0], target)
+
+
+def test_hide_padding_hides_pad_keys_but_never_empties_a_row():
+    is_pad = torch.tensor([[False, False, True]])
+    mask = hide_padding(bidirectional_mask(3), is_pad)
+    assert mask.tolist() == [[[True, True, False]] * 3]
+    assert hide_padding(causal_mask(2), torch.tensor([[True, False]])).tolist() == [[[True, False], [False, True]]]

@@ -56,3 +56,8 @@ def test_checkpoint_key_ignores_comments_and_docstrings_but_not_code(tmp_path):
     assert train._source_digest([source]) == a
     source.write_text('def f():\n    return 2\n')
     assert train._source_digest([source]) != a
+
+
+def test_checkpoint_key_covers_exactly_the_lib_modules_training_imports():
+    names = {p.name for p in train.lib_dependencies(train.Path(train.__file__))}
+    assert names == {"train.py", "models.py", "masks.py", "tokenizers.py", "world.py"}
