@@ -5,14 +5,14 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
-export PYTHONPATH := $(CURDIR)
 
 .PHONY: book test lab execute clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	# make the repository importable (`import lib`) from every notebook and kernel of this venv
+	$(PY) -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'book_repo.pth').write_text('$(CURDIR)\n')"
 	rm -f $(VENV)/.installed-* && touch $@
 
 book: $(STAMP)

@@ -1,7 +1,7 @@
 """Measuring a character-level model on the mini internet.
 
-- `bits_per_char`: validation cross-entropy in bits per character
-  (log2 44 = 5.459 is chance for 44 symbols);
+- `bits_per_char`: validation cross-entropy in bits per character, line by line
+  (log2 44 = 5.459 is chance for 44 symbols); `char_bits`: where in a line they go;
 - `fact_completion`: `q: where does NAME live? a:` → is the greedy answer the right city?
 - `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
 """
@@ -12,16 +12,22 @@ import torch
 
 from lib import world
 from lib.tokenizers import CharTokenizer
-from lib.train import eval_windows, validation_loss
+from lib.train import line_batch, token_losses, validation_loss
 
 CHARS = CharTokenizer()
 NEWLINE = CHARS.stoi["\n"]
 
 
-def bits_per_char(model, text: str = None) -> float:
-    """Mean next-character cross-entropy in bits over the validation text (non-overlapping windows)."""
-    ids = torch.tensor(CHARS.encode(world.load_text("val") if text is None else text))
-    return validation_loss(model, eval_windows(ids, model.config.context)) / math.log(2)
+def bits_per_char(model, lines: list = None) -> float:
+    """Mean next-character cross-entropy in bits over lines (default: the validation set), each line
+    scored on its own after a newline, its closing newline included."""
+    lines = world.load_text("val").splitlines() if lines is None else lines
+    return validation_loss(model, line_batch(lines, CHARS)) / math.log(2)
+
+
+def char_bits(model, line: str) -> list:
+    """Bits the model pays for each character of `line` and its closing newline."""
+    return (token_losses(model, line_batch([line], CHARS)[0])[0] / math.log(2)).tolist()
 
 
 @torch.no_grad()

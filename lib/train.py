@@ -73,16 +73,36 @@ def next_token_loss(model, windows):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), windows[:, 1:].reshape(-1))
 
 
-def eval_windows(ids: torch.Tensor, context: int) -> torch.Tensor:
-    """Cut a token stream into non-overlapping (context + 1)-long windows sharing one token."""
-    n = (len(ids) - 1) // context
-    return torch.stack([ids[i * context: i * context + context + 1] for i in range(n)])
+def line_batch(lines: list, tokenizer=CharTokenizer()):
+    """Each document on its own: newline + line + newline, right-padded with newlines.
+
+    Returns (ids (N, L), weights (N, L - 1)) where weights are 1 on the real
+    predictions (every character of the line and its closing newline).  The
+    documents of the world are independent, so a line needs no other context;
+    scoring lines one by one matches `world.entropy_floor` and avoids charging
+    the model for windows that start in the middle of a word."""
+    newline = tokenizer.encode("\n")[0]
+    seqs = [tokenizer.encode("\n" + line + "\n") for line in lines]
+    ids = torch.full((len(seqs), max(map(len, seqs))), newline)
+    weights = torch.zeros(len(seqs), ids.shape[1] - 1)
+    for i, seq in enumerate(seqs):
+        ids[i, :len(seq)] = torch.tensor(seq)
+        weights[i, :len(seq) - 1] = 1.0
+    return ids, weights
 
 
 @torch.no_grad()
-def validation_loss(model, windows) -> float:
+def token_losses(model, ids) -> torch.Tensor:
+    """Cross-entropy (nats) of every next-token prediction, (N, L - 1); causal, so padding on the right is harmless."""
     model.eval()
-    loss = float(next_token_loss(model, windows))
+    logits = model(ids[:, :-1])
+    return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+
+
+def validation_loss(model, batch) -> float:
+    """Mean cross-entropy (nats) per real prediction of a `line_batch`."""
+    ids, weights = batch
+    loss = float((token_losses(model, ids) * weights).sum() / weights.sum())
     model.train()
     return loss
 
@@ -94,7 +114,7 @@ def train_char_lm(config: dict, desc: str = "train"):
     model = models.TinyGPT(models.ModelConfig(**config["model"]))
     T = model.config.context
     train_ids = torch.tensor(tokenizer.encode(world.load_text("train")))
-    val = eval_windows(torch.tensor(tokenizer.encode(world.load_text("val"))), T)
+    val = line_batch(world.load_text("val").splitlines(), tokenizer)
     optimizer = make_optimizer(model, config)
     log, running = [], []
     for step in tqdm(range(config["steps"]), desc=desc, file=sys.stderr, mininterval=1.0):
@@ -203,6 +223,7 @@ def get_or_train(name: str, config: dict, train_fn, directory: Path = None):
                  "model_config": model.config.to_dict(), "state_dict": model.state_dict(), "log": log}
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{name}.", suffix=".tmp", delete=False) as tmp:
             torch.save(saved, tmp)
+        os.chmod(tmp.name, 0o644)
         os.replace(tmp.name, path)  # atomic: readers see the old file or the new one, never half of one
         return model, log
 

@@ -31,7 +31,6 @@ def execute(path: Path) -> None:
 
 def main(paths):
     os.environ["BOOK_STATIC_WIDGETS"] = "1"
-    os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     for path in paths or sorted((ROOT / "book").glob("*.ipynb")):
         start = time.perf_counter()
         execute(Path(path).resolve())

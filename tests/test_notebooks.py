@@ -7,7 +7,7 @@
    numbers its outputs print.  Exempt are quotations, written 「…」 and followed
    by their source in 〔…〕 (e.g. 「0.409」〔讲义 §3.1〕), the sources themselves,
    headings, list markers, code spans and math.  Numbers glued to a letter or a
-   hyphen on their left are names, not figures (GPT-3, T5, log2).
+   hyphen on their left are names, not figures (GPT-3, T5, log2), and §01 is a section.
 """
 
 import json
@@ -18,7 +18,7 @@ import pytest
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
-NUMBER = re.compile(r"(?<![A-Za-z_\-\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|(?<![A-Za-z_\-\d.,])\d+(?:\.\d+)?(?!\d)")
+NUMBER = re.compile(r"(?<![A-Za-z_\-\d.,§])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|(?<![A-Za-z_\-\d.,§])\d+(?:\.\d+)?(?!\d)")
 QUOTE = re.compile(r"「([^」]*)」(〔[^〕]+〕)?")
 SOURCE = re.compile(r"〔[^〕]*〕")
 NOT_PROSE = [re.compile(r"```.*?```", re.S), re.compile(r"\$\$.*?\$\$", re.S)] + [re.compile(p, re.M) for p in (

@@ -4,7 +4,7 @@ import torch
 
 from lib import train
 
-TINY = dict(train.BASE_MODEL, model=dict(vocab_size=44, context=32, d_model=16, n_layers=1, n_heads=2),
+TINY = dict(train.BASE_MODEL, model=dict(vocab_size=44, context=96, d_model=16, n_layers=1, n_heads=2),
             steps=40, batch_size=8, eval_every=20)
 calls = []
 

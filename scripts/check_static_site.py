@@ -1,0 +1,99 @@
+"""Browser check of the built book: no request leaves _build/html, and static sliders work.
+
+    make book && .venv/bin/python scripts/check_static_site.py [page.html ...]
+
+Needs Debian's chromium (`apt-get install chromium`); not part of `make test`
+because CI machines have no browser.  For each page it records every network
+request (via the DevTools protocol), then moves every slider of the page to
+each position and checks that exactly one pre-computed state is visible and
+that it is the one the slider's position selects.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import websocket
+
+SITE = Path(__file__).resolve().parent.parent / "_build" / "html"
+PORT = 9333
+
+MOVE_ALL_SLIDERS = """(() => {
+  const report = [];
+  document.querySelectorAll('.book-slider').forEach((root, n) => {
+    const inputs = [...root.querySelectorAll('input')];
+    const states = [...root.querySelectorAll('.book-slider-state')];
+    const sizes = inputs.map(s => +s.max + 1);
+    for (let k = 0; k < states.length; k++) {
+      let rest = k;
+      for (let j = inputs.length - 1; j >= 0; j--) {  // mixed radix, last slider fastest
+        inputs[j].value = rest % sizes[j]; rest = Math.floor(rest / sizes[j]);
+        inputs[j].dispatchEvent(new Event('input'));
+      }
+      const visible = states.map((d, i) => d.style.display !== 'none' ? i : -1).filter(i => i >= 0);
+      report.push({slider: n, position: k, visible: visible});
+    }
+  });
+  return JSON.stringify(report);
+})()"""
+
+
+def main(pages):
+    pages = pages or sorted(str(p.relative_to(SITE)) for p in SITE.glob("book/*.html"))
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
+        browser = subprocess.Popen(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+             f"--remote-debugging-port={PORT}", f"--remote-allow-origins=http://127.0.0.1:{PORT}", "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(50):
+                try:
+                    targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{PORT}/json"))
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            page = next(t for t in targets if t["type"] == "page")
+            ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
+            failures = 0
+            for name in pages:
+                failures += check_page(ws, (SITE / name).resolve())
+        finally:
+            browser.terminate()
+            browser.wait()
+    print("all pages passed" if not failures else f"{failures} problems")
+    return 1 if failures else 0
+
+
+def check_page(ws, path: Path) -> int:
+    ids = iter(range(1, 10**6))
+
+    def call(method, **params):
+        ws.send(json.dumps({"id": (i := next(ids)), "method": method, "params": params}))
+        while True:
+            message = json.loads(ws.recv())
+            if message.get("method") == "Network.requestWillBeSent":
+                requests.append(message["params"]["request"]["url"])
+            if message.get("id") == i:
+                return message.get("result", {})
+
+    requests = []
+    call("Network.enable")
+    call("Page.enable")
+    call("Page.navigate", url=path.as_uri())
+    time.sleep(3)  # let deferred scripts (MathJax) run
+    call("Runtime.evaluate", expression="1")  # drain events
+    outside = [u for u in requests if not (u.startswith(SITE.as_uri()) or u.startswith("data:"))]
+    report = json.loads(call("Runtime.evaluate", expression=MOVE_ALL_SLIDERS)["result"]["value"])
+    wrong = [r for r in report if r["visible"] != [r["position"]]]
+    print(f"{path.name}: {len(requests)} requests, {len(outside)} outside the site {outside[:3]}; "
+          f"{len(report)} slider positions checked, {len(wrong)} wrong {wrong[:3]}")
+    call("Network.disable")
+    return len(outside) + len(wrong)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
