@@ -1,28 +1,14 @@
-"""Deterministic training and the checkpoint cache.
+"""Deterministic training: one seeding helper, the learning-rate schedule, losses, the base model.
 
-    model, log = get_or_train("base", BASE_MODEL, train_char_lm)
+    model, log = load_base_model()   # TinyGPT, trained on first use, then cached
 
-`get_or_train` returns the committed checkpoint when its key matches, and
-otherwise trains, saves and returns.  The key hashes the config, the training
-data and the code that training runs: the train function's module and every
-lib module it imports, as syntax trees (so comments and docstrings do not
-count).  A missing, stale or unreadable checkpoint prints
-one line to stderr and is retrained; training is single-threaded and seeded,
-so a retrain on the same machine gives bit-identical tensors.
+Training is single-threaded and seeded, so a retrain on the same machine gives
+bit-identical tensors; `lib.checkpoints.get_or_train` caches the result.
 """
 
-import ast
-import contextlib
-import fcntl
-import hashlib
-import inspect
-import json
 import math
-import os
 import random
 import sys
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,10 +16,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from lib import models, world
+from lib.checkpoints import get_or_train
 from lib.tokenizers import CharTokenizer
-
-ROOT = Path(__file__).resolve().parent.parent
-CHECKPOINT_DIR = ROOT / "checkpoints"
 
 BASE_MODEL = {
     "model": models.ModelConfig().to_dict(),
@@ -94,7 +78,6 @@ def line_batch(lines: list, tokenizer=CharTokenizer()):
 @torch.no_grad()
 def token_losses(model, ids) -> torch.Tensor:
     """Cross-entropy (nats) of every next-token prediction, (N, L - 1); causal, so padding on the right is harmless."""
-    model.eval()
     logits = model(ids[:, :-1])
     return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
 
@@ -102,9 +85,7 @@ def token_losses(model, ids) -> torch.Tensor:
 def validation_loss(model, batch) -> float:
     """Mean cross-entropy (nats) per real prediction of a `line_batch`."""
     ids, weights = batch
-    loss = float((token_losses(model, ids) * weights).sum() / weights.sum())
-    model.train()
-    return loss
+    return float((token_losses(model, ids) * weights).sum() / weights.sum())
 
 
 def train_char_lm(config: dict, desc: str = "train"):
@@ -134,98 +115,6 @@ def train_char_lm(config: dict, desc: str = "train"):
             running = []
     model.eval()
     return model, log
-
-
-def _source_digest(paths) -> str:
-    """Hash of the syntax trees of these Python files (comments and docstrings excluded)."""
-    digest = hashlib.sha256()
-    for path in sorted(set(paths)):
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            body = getattr(node, "body", None)
-            if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                    and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
-                node.body = body[1:] or [ast.Pass()]
-        digest.update(Path(path).name.encode() + ast.dump(tree).encode())
-    return digest.hexdigest()
-
-
-def lib_dependencies(path: Path) -> set:
-    """This lib file and every lib module it imports, directly or not (read from the syntax trees)."""
-    lib_dir, found, todo = Path(__file__).resolve().parent, set(), [Path(path).resolve()]
-    while todo:
-        current = todo.pop()
-        if current in found or not current.exists():
-            continue
-        found.add(current)
-        for node in ast.walk(ast.parse(current.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "lib":
-                todo += [lib_dir / f"{alias.name}.py" for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lib."):
-                todo.append(lib_dir / f"{node.module.split('.')[1]}.py")
-            elif isinstance(node, ast.Import):
-                todo += [lib_dir / f"{a.name.split('.')[1]}.py" for a in node.names if a.name.startswith("lib.")]
-    return found
-
-
-def checkpoint_key(config: dict, train_fn) -> str:
-    """What a checkpoint must match: the config, the training data and the training code."""
-    code = lib_dependencies(Path(inspect.getsourcefile(train_fn)))
-    data = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(world.DATA_DIR.glob("*.txt")))).hexdigest()
-    blob = json.dumps({"config": config, "train_fn": train_fn.__qualname__,
-                       "code": _source_digest(code), "data": data}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock on path.lock: two processes never train or write the same checkpoint at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _load(path: Path, key: str):
-    """(model, log) from a checkpoint, or (None, reason) when it cannot be used."""
-    if not path.exists():
-        return None, "missing"
-    try:
-        saved = torch.load(path, weights_only=True)
-        model_class = getattr(models, saved["model_class"])
-        model = model_class(models.ModelConfig(**saved["model_config"]))
-        if saved["key"] != key:
-            return None, f"stale (key {saved['key']} != {key}: config, data or code changed)"
-        model.load_state_dict(saved["state_dict"])
-    except Exception as error:  # a torn or foreign file: say so and retrain
-        return None, f"unreadable ({type(error).__name__}: {str(error).splitlines()[0][:80]})"
-    model.eval()
-    return (model, saved["log"]), None
-
-
-def get_or_train(name: str, config: dict, train_fn, directory: Path = None):
-    """Load checkpoints/<name>.pt if it matches (config, data, code); otherwise train and save it.
-
-    train_fn(config, desc=name) must return (model, log), where log is a list
-    of dicts of numbers (the learning curve).  Returns (model, log)."""
-    path = Path(directory or CHECKPOINT_DIR) / f"{name}.pt"
-    key = checkpoint_key(config, train_fn)
-    with _locked(path):
-        loaded, reason = _load(path, key)
-        if loaded is not None:
-            return loaded
-        print(f"checkpoint {path.name}: {reason}; training {name!r} from scratch", file=sys.stderr)
-        model, log = train_fn(config, desc=name)
-        saved = {"key": key, "name": name, "config": config, "model_class": type(model).__name__,
-                 "model_config": model.config.to_dict(), "state_dict": model.state_dict(), "log": log}
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{name}.", suffix=".tmp", delete=False) as tmp:
-            torch.save(saved, tmp)
-        os.chmod(tmp.name, 0o644)
-        os.replace(tmp.name, path)  # atomic: readers see the old file or the new one, never half of one
-        return model, log
 
 
 def load_base_model():
