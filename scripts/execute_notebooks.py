@@ -5,7 +5,7 @@
 Runs each notebook top to bottom in a fresh kernel (cwd = its folder), with
 sliders in their static, pre-computed form, then removes what would make the
 book fetch code from the internet (saved ipywidgets state) and per-run noise
-(cell timings), and writes the notebook back.  A notebook that had to train
+(cell timings, how printed text was chunked), and writes the notebook back.  A notebook that had to train
 a missing checkpoint is run a second time, so that the committed outputs are
 those of a warm run: no progress bars, identical to what nbval re-executes.
 """
@@ -26,6 +26,18 @@ def stderr_of(nb) -> str:
                    for out in cell.get("outputs", []) if out.get("name") == "stderr")
 
 
+def merge_streams(cell) -> None:
+    """Join consecutive stdout (or stderr) chunks: how print output is chunked depends on timing."""
+    merged = []
+    for out in cell.get("outputs", []):
+        if (merged and out.output_type == "stream" and merged[-1].output_type == "stream"
+                and merged[-1].name == out.name):
+            merged[-1].text += out.text
+        else:
+            merged.append(out)
+    cell.outputs = merged
+
+
 def execute(path: Path) -> None:
     for attempt in ("first", "second"):
         nb = nbformat.read(path, as_version=4)
@@ -41,6 +53,8 @@ def execute(path: Path) -> None:
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            merge_streams(cell)
     nbformat.write(nb, path)
 
 
