@@ -51,11 +51,13 @@ def _label(name, value) -> str:
     return f"{name} = {value}"
 
 
-# On input: combine the slider positions into one state number (mixed radix) and show only that state.
+# On input: combine the slider positions into one state number (mixed radix), look up which stored
+# view shows that state (identical views are stored once) and show only that one.
 _ON_INPUT = ("var r=this.closest('.book-slider'),i=0;"
              "r.querySelectorAll('input').forEach(function(s){i=i*(+s.max+1)+(+s.value);"
              "s.nextElementSibling.textContent=JSON.parse(s.dataset.labels)[+s.value];});"
-             "r.querySelectorAll('.book-slider-state').forEach(function(d,k){d.style.display=k==i?'':'none';});")
+             "var v=JSON.parse(r.dataset.views)[i];"
+             "r.querySelectorAll('.book-slider-state').forEach(function(d,k){d.style.display=k==v?'':'none';});")
 
 
 class StaticSlider:
@@ -83,11 +85,18 @@ class StaticSlider:
                           f'<input type="range" min="0" max="{len(options) - 1}" step="1" value="{start}" '
                           f'data-labels="{labels}" oninput="{_ON_INPUT}"> '
                           f'<b>{html.escape(str(self.initial[name]))}</b></label>')
-        states = []
+        views, view_of_state = [], []  # states that look the same (e.g. a setting that has no effect) share a view
         for values, parts in self.states:
-            hidden = "" if values == self.initial else ' style="display:none"'
-            states.append(f'<div class="book-slider-state"{hidden}>' + "".join(h for _, h in parts) + "</div>")
-        page = '<div class="book-slider">' + "".join(inputs) + "".join(states) + "</div>"
+            view = "".join(h for _, h in parts)
+            if view not in views:
+                views.append(view)
+            view_of_state.append(views.index(view))
+        shown = view_of_state[[values for values, _ in self.states].index(self.initial)]
+        hidden = ' style="display:none"'
+        divs = "".join(f'<div class="book-slider-state"{"" if k == shown else hidden}>{view}</div>'
+                       for k, view in enumerate(views))
+        page = (f'<div class="book-slider" data-views="{json.dumps(view_of_state)}">' + "".join(inputs) + divs
+                + "</div>")
         return {"text/plain": "\n".join(text), "text/html": page}
 
 

@@ -40,3 +40,14 @@ def test_bad_controls_are_refused():
         widgets.slider(render, {"n": [1, 2]}, initial={"n": 5})
     with pytest.raises(ValueError, match="at least one value"):
         widgets.slider(render, {"n": []})
+
+
+def test_states_that_look_the_same_are_stored_once(monkeypatch):
+    monkeypatch.setenv(widgets.STATIC_ENV, "1")
+    view = widgets.slider(lambda kind, n: f"{kind} {n if kind == 'counted' else ''}",
+                          {"kind": ["plain", "counted"], "n": [1, 2, 3]}, initial={"kind": "counted", "n": 2})
+    page = view._repr_mimebundle_()["text/html"]
+    assert page.count('class="book-slider-state"') == 4  # "plain" looks the same for every n
+    assert 'data-views="[0, 0, 0, 1, 2, 3]"' in page
+    shown = page.split('<div class="book-slider-state">')[1]
+    assert shown.startswith("<pre>counted 2")
