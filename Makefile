@@ -28,7 +28,7 @@ test: $(STAMP)
 	@echo "All checks passed; the book is at $(CURDIR)/_build/html/index.html"
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab book
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) book
 
 execute: $(STAMP)
 	$(PY) scripts/execute_notebooks.py
