@@ -2,6 +2,7 @@
 
 - `bits_per_char`: validation cross-entropy in bits per character, line by line
   (log2 44 = 5.459 is chance for 44 symbols); `char_bits`: where in a line they go;
+  `entropy_floor`: the least any model could pay on the same lines;
 - `fact_completion`: `q: where does NAME live? a:` → is the greedy answer the right city?
 - `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
 """
@@ -18,22 +19,39 @@ CHARS = CharTokenizer()
 NEWLINE = CHARS.stoi["\n"]
 
 
-def bits_per_char(model, lines: list = None) -> float:
-    """Mean next-character cross-entropy in bits over lines (default: the validation set), each line
-    scored on its own after a newline, its closing newline included.
+def batches_by_length(lines: list):
+    """Yield `line_batch`es of equal-length lines, so no line is padded.
 
-    Lines are batched by length, so no line is padded: a model with a
-    non-causal mask (an ablation in section 02) would otherwise see the padding."""
-    lines = world.load_text("val").splitlines() if lines is None else lines
+    A model with a non-causal mask (an ablation in section 02) would otherwise
+    see the padding on the right of shorter lines."""
     by_length = {}
     for line in lines:
         by_length.setdefault(len(line), []).append(line)
-    nats = count = 0.0
     for length in sorted(by_length):
-        ids, weights = line_batch(by_length[length], CHARS)
+        yield line_batch(by_length[length], CHARS)
+
+
+def bits_per_char(model, lines: list = None) -> float:
+    """Mean next-character cross-entropy in bits over lines (default: the validation set), each line
+    scored on its own after a newline, its closing newline included."""
+    lines = world.load_text("val").splitlines() if lines is None else lines
+    nats = count = 0.0
+    for ids, weights in batches_by_length(lines):
         nats += float((token_losses(model, ids) * weights).sum())
         count += float(weights.sum())
     return nats / count / math.log(2)
+
+
+def entropy_floor(lines: list = None) -> dict:
+    """`world.entropy_floor` per kind, and for the given lines (default: validation) as a whole.
+
+    The overall floor depends on the mix of kinds: the validation set holds
+    every addition with a held-out sum, so it has more (expensive) additions
+    than the generator's mix, and its floor is higher than world.entropy_floor()["all"]."""
+    lines = world.load_text("val").splitlines() if lines is None else lines
+    floor = world.entropy_floor()
+    bits = sum(floor[world.kind_of(line)] * (len(line) + 1) for line in lines)
+    return {kind: floor[kind] for kind in world.KINDS} | {"all": bits / sum(len(line) + 1 for line in lines)}
 
 
 def char_bits(model, line: str) -> list:
@@ -51,7 +69,6 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
         raise ValueError("generate() needs prompts of equal length; group them or call it once per prompt")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
-    model.eval()
     idx = torch.tensor([CHARS.encode(p) for p in prompts])
     done = torch.zeros(len(prompts), dtype=torch.bool)
     T = model.config.context
