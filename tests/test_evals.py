@@ -58,3 +58,16 @@ def test_sampling_is_reproducible_and_line_quality_scores_corpus_lines_as_true()
     assert a == b and a != evals.sample_lines(model, 4, seed=2)
     assert evals.line_quality(list(W.val[:50])) == {"valid": 1.0, "true": 1.0}
     assert evals.line_quality(["base lives in", "12+30=42."]) == {"valid": 0.5, "true": 0.5}
+
+
+def test_entropy_floor_follows_the_mix_of_the_lines():
+    reviews = [line for line in W.val if world.kind_of(line) == "review"]
+    assert math.isclose(evals.entropy_floor(reviews)["all"], world.entropy_floor()["review"])
+    # the validation set holds every held-out-sum addition, so it is richer in additions than the generator's mix
+    assert evals.entropy_floor()["all"] > world.entropy_floor()["all"]
+
+
+def test_batches_by_length_never_pads():
+    batches = list(evals.batches_by_length(["ab", "xyz", "cd"]))
+    assert [tuple(ids.shape) for ids, _ in batches] == [(2, 4), (1, 5)]
+    assert all(bool(weights.all()) for _, weights in batches)
