@@ -1,0 +1,151 @@
+"""What each model can do besides the rating: the capability table of section 04.
+
+- `adjective_fill`: hide the food adjective, take the argmax in one step (the slot protocol of
+  `lib.protocols`): is it a food adjective, and of the polarity the rest of the review demands?
+- `candidate_scoring`: put each of the 16 food adjectives in, score every whole line, keep the best.
+- `generate_lines`: sample lines from nothing; `lib.evals.line_quality` says how many are valid and true.
+- `objective_accuracy`: argmax accuracy on the model's own training objective, on held-out reviews.
+- `t5_training_format`: a diagnostic: the rating and adjective questions asked of T5 in the format
+  it was trained on (the slot is one of several hidden spans, `lib.protocols.training_format_logits`),
+  to tell "does not know" from "does not understand the question".
+
+    >>> [(TOKENIZER.vocab[i], positive) for i, positive in list(ADJECTIVE_IDS.items())[7:9]]
+    [('savory', True), ('bland', False)]
+"""
+
+from collections import Counter
+
+import torch
+
+from lib import world
+from lib.masks import bidirectional_mask, causal_mask, hide_padding
+from lib.objectives import BOS, MASK, SENTINELS, TOKENIZER, StackBatch, random_windows, review_stream
+from lib.protocols import (NEWLINE, batch_logits, check_kind, decoder_logits, line_ids, pad, review_slots,
+                           slot_logits, training_format_accuracy, training_format_logits)
+
+ADJECTIVE_IDS = {TOKENIZER[a]: positive for a, positive in world.FOOD_ADJECTIVES.items()}
+
+
+def adjective_fill(model, kind: str, reviews: list) -> dict:
+    """Fill the food adjective in one step (argmax over the whole vocabulary): the share of fills that are
+    food adjectives, that also have the polarity the rest of the review demands, and the most common fills."""
+    ids = [line_ids(r) for r in reviews]
+    slots = [review_slots(s)["food_adjective"] for s in ids]
+    fills = slot_logits(model, kind, ids, slots).argmax(-1).tolist()
+    wanted = [ADJECTIVE_IDS[s[i]] for s, i in zip(ids, slots)]
+    return {"food_adjective": sum(f in ADJECTIVE_IDS for f in fills) / len(fills),
+            "right_polarity": sum(ADJECTIVE_IDS.get(f) == w for f, w in zip(fills, wanted)) / len(fills),
+            "fills": Counter(TOKENIZER.vocab[f] for f in fills)}
+
+
+@torch.no_grad()
+def line_log_likelihoods(model, kind: str, sequences: list) -> torch.Tensor:
+    """Log-likelihood (nats) of every token after the opening newline, closing newline included.
+
+    Exact for causal and prefix (a one-token prefix: the prefix LM then reads causally); a
+    pseudo-log-likelihood for bidirectional and encoder-decoder: each token is hidden in turn
+    (<mask>, or a one-token span <0>) and predicted from all the others (Salazar et al. 2020)."""
+    check_kind(kind)
+    if kind in ("causal", "prefix"):
+        ids, is_pad = pad(sequences)
+        logits = model(ids[:, :-1], hide_padding(causal_mask(ids.shape[1] - 1), is_pad[:, :-1]))
+        logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
+        return (logp * ~is_pad[:, 1:]).sum(-1)
+    owners, queries, slots = [], [], []
+    for n, seq in enumerate(sequences):
+        for i in range(1, len(seq)):
+            owners.append(n)
+            queries.append(seq)
+            slots.append(i)
+    logp = slot_logits(model, kind, queries, slots).log_softmax(-1)
+    picked = logp[torch.arange(len(queries)), torch.tensor([q[s] for q, s in zip(queries, slots)])]
+    return torch.zeros(len(sequences), dtype=picked.dtype).index_add_(0, torch.tensor(owners), picked)
+
+
+def candidate_scoring(model, kind: str, reviews: list) -> float:
+    """Put each of the 16 food adjectives into the review, score each whole line, keep the best:
+    the share of reviews whose best candidate has the polarity the rest of the review demands."""
+    candidates = list(ADJECTIVE_IDS)
+    sequences, wanted = [], []
+    for review in reviews:
+        ids = line_ids(review)
+        slot = review_slots(ids)["food_adjective"]
+        wanted.append(ADJECTIVE_IDS[ids[slot]])
+        sequences += [ids[:slot] + [c] + ids[slot + 1:] for c in candidates]
+    scores = line_log_likelihoods(model, kind, sequences).view(len(reviews), len(candidates))
+    best = [candidates[i] for i in scores.argmax(-1).tolist()]
+    return sum(ADJECTIVE_IDS[b] == w for b, w in zip(best, wanted)) / len(reviews)
+
+
+@torch.no_grad()
+def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float = 1.0) -> list:
+    """n lines sampled from nothing (after a newline), each up to the model's context.
+
+    causal / prefix: left to right (a one-token prefix, so the prefix LM reads causally).
+    bidirectional: iterated <mask>: append a <mask>, sample it, append the next (BERT has no
+    "next token"; this is the best it can do).  encoder-decoder: the source is a line that is one
+    whole missing span (`\\n <0> \\n`) and the decoder samples the span until a sentinel."""
+    check_kind(kind)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    g = torch.Generator().manual_seed(seed)
+    T = model.config.context
+    if kind == "encoder-decoder":
+        written = torch.tensor([[BOS, SENTINELS[0]]] * n)
+        sources = [[NEWLINE, SENTINELS[0], NEWLINE]] * n
+        while written.shape[1] < T:
+            logits = decoder_logits(model, sources, written.tolist())[:, -1]
+            sample = torch.multinomial((logits / temperature).softmax(-1), 1, generator=g)
+            written = torch.cat([written, sample], 1)
+            if torch.isin(written[:, 2:], torch.tensor(SENTINELS)).any(1).all():
+                break
+        spans = []
+        for row in written[:, 2:].tolist():
+            stop = next((i for i, t in enumerate(row) if t in SENTINELS), len(row))
+            spans.append(TOKENIZER.decode(row[:stop]))
+        return [s.split("\n")[0] for s in spans]
+    ids = torch.full((n, 1), NEWLINE)
+    while ids.shape[1] < T:
+        if kind == "bidirectional":
+            query = torch.cat([ids, torch.full((n, 1), MASK)], 1)
+            logits = model(query, bidirectional_mask(query.shape[1]))[:, -1]
+        else:
+            logits = model(ids, causal_mask(ids.shape[1]))[:, -1]
+        sample = torch.multinomial((logits / temperature).softmax(-1), 1, generator=g)
+        ids = torch.cat([ids, sample], 1)
+        if (ids[:, 1:] == NEWLINE).any(1).all():
+            break
+    return [TOKENIZER.decode(row[1:]).split("\n")[0] for row in ids.tolist()]
+
+
+@torch.no_grad()
+def objective_accuracy(model, make_batch, window: int, batches: int = 20, batch_size: int = 32,
+                       seed: int = 0, split: str = "val") -> dict:
+    """Argmax accuracy on a model's own training objective, over batches of held-out reviews.
+
+    make_batch(windows, generator) is the objective's batch function; for encoder-decoder batches
+    the accuracy is also split into sentinel targets and content (the hidden words)."""
+    g, stream = torch.Generator().manual_seed(seed), review_stream(split)
+    right, total = Counter(), Counter()
+    for _ in range(batches):
+        batch = make_batch(random_windows(stream, window, batch_size, g), g)
+        correct = (batch_logits(model, batch).argmax(-1) == batch.targets) & batch.loss_mask
+        right["accuracy"] += int(correct.sum())
+        total["accuracy"] += int(batch.loss_mask.sum())
+        if not isinstance(batch, StackBatch):
+            for name, where in (("sentinels", batch.is_sentinel), ("content", ~batch.is_sentinel)):
+                right[name] += int((correct & where).sum())
+                total[name] += int((batch.loss_mask & where).sum())
+    return {name: right[name] / total[name] for name in total}
+
+
+def t5_training_format(model, reviews: list) -> dict:
+    """The rating and the one-step adjective fill asked in T5's training format (a diagnostic; see
+    `lib.protocols.training_format_logits`)."""
+    ids = [line_ids(r) for r in reviews]
+    slots = [review_slots(s)["food_adjective"] for s in ids]
+    fills = training_format_logits(model, ids, slots).argmax(-1).tolist()
+    wanted = [ADJECTIVE_IDS[s[i]] for s, i in zip(ids, slots)]
+    return {"rating": training_format_accuracy(model, reviews),
+            "fill: food adjective": sum(f in ADJECTIVE_IDS for f in fills) / len(fills),
+            "fill: right polarity": sum(ADJECTIVE_IDS.get(f) == w for f, w in zip(fills, wanted)) / len(fills)}

@@ -1,0 +1,222 @@
+"""Section 04's controlled comparison: four architecture + objective recipes, one training loop.
+
+    runs = compare()                          # {"gpt": (model, log), "prefix_lm": ..., "bert": ..., "t5": ...}
+    python -m lib.experiments compare --steps 6000 --only t5     # exercise 9, with a progress bar
+
+Every recipe trains on the training reviews only, 32 windows of about 32
+positions per step, for the same number of steps, with the same learning-rate
+schedule and seed; only the objective (and the architecture it needs) differs:
+
+    gpt        MaskedTransformer, causal mask    lm_batch              33-token windows (32 positions)
+    prefix_lm  MaskedTransformer, prefix mask    prefix_lm_batch       33-token windows
+    bert       MaskedTransformer, bidirectional  mlm_batch (15%)       32-token windows
+    t5         EncoderDecoder, 2 + 2 layers      span_corruption_batch windows whose source + target <= 32
+
+Every `eval_every` steps the log records the training loss and the rating
+accuracy on the first 100 of `protocols.new_reviews` (T5 also by free
+generation and, as a diagnostic, in its training format).  Models that still
+need training run in separate processes (`spawn`), each single-threaded and
+seeded, so a checkpoint is bit-identical whether it was trained alone or next
+to another one.
+"""
+
+import argparse
+import multiprocessing
+import sys
+
+import torch
+from tqdm import tqdm
+
+from lib import objectives, protocols
+from lib.checkpoints import CHECKPOINT_DIR, checkpoint_key, get_or_train
+from lib.models import EncoderDecoder, MaskedTransformer, ModelConfig
+from lib.train import BASE_MODEL, learning_rate, make_optimizer, seed_everything
+
+STEPS, BATCH_SIZE, POSITIONS, MLM_RATE = 2500, 32, 32, 0.15
+T5_NOISE_DENSITY, T5_MEAN_SPAN = 0.15, 1.0   # T5's baseline objective: i.i.d. one-token spans, 15%
+MODEL = ModelConfig(vocab_size=objectives.VOCAB_SIZE, context=POSITIONS, d_model=64, n_layers=2, n_heads=4)
+RECIPES = {  # name -> (label, kind of model, objective)
+    "gpt": ("GPT", "causal", "causal LM"),
+    "prefix_lm": ("prefix LM", "prefix", "prefix LM"),
+    "bert": ("BERT", "bidirectional", "masked LM"),
+    "t5": ("T5", "encoder-decoder", "span corruption"),
+}
+PROGRESS_POSITION = None  # set in a worker process so parallel progress bars do not overwrite each other
+
+
+def recipe_config(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0) -> dict:
+    """Everything that defines one training run (the checkpoint key hashes it).
+
+    >>> recipe_config("t5")["window"], recipe_config("gpt")["window"], "mlm_rate" in recipe_config("gpt")
+    (23, 33, False)
+    """
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; choose from {list(RECIPES)}")
+    if not (isinstance(steps, int) and steps > 0):
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if not 0 < mlm_rate < 1:
+        raise ValueError(f"mlm_rate must lie in (0, 1), got {mlm_rate}")
+    if not (isinstance(seed, int) and seed >= 0):
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    label, kind, objective = RECIPES[recipe]
+    config = {"recipe": recipe, "kind": kind, "objective": objective, "model": MODEL.to_dict(),
+              "steps": steps, "batch_size": BATCH_SIZE, "seed": seed, "eval_every": 500, "eval_reviews": 100,
+              **{key: BASE_MODEL[key] for key in ("lr", "min_lr", "warmup", "weight_decay", "grad_clip")}}
+    if recipe == "bert":
+        config["mlm_rate"] = mlm_rate
+    if recipe == "t5":
+        config.update(noise_density=T5_NOISE_DENSITY, mean_span=T5_MEAN_SPAN)
+        config["window"] = objectives.longest_span_window(POSITIONS, T5_NOISE_DENSITY, T5_MEAN_SPAN)
+    else:  # a causal window has one token more than positions: the last one is only a target
+        config["window"] = POSITIONS + (recipe != "bert")
+    return config
+
+
+def checkpoint_name(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0) -> str:
+    """compare_<recipe>, plus what differs from the main run (so the exercises keep their own files).
+
+    >>> checkpoint_name("bert", mlm_rate=0.4), checkpoint_name("t5", steps=6000), checkpoint_name("gpt", seed=1)
+    ('compare_bert_mlm0.40', 'compare_t5_steps6000', 'compare_gpt_seed1')
+    """
+    name = f"compare_{recipe}"
+    if steps != STEPS:
+        name += f"_steps{steps}"
+    if recipe == "bert" and mlm_rate != MLM_RATE:
+        name += f"_mlm{mlm_rate:.2f}"
+    if seed != 0:
+        name += f"_seed{seed}"
+    return name
+
+
+def named_config(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0) -> tuple:
+    """(checkpoint name, config) of one run."""
+    return checkpoint_name(recipe, steps, mlm_rate, seed), recipe_config(recipe, steps, mlm_rate, seed)
+
+
+def batch_function(config: dict):
+    """The objective's batch function from lib.objectives, with this config's parameters."""
+    objective = config["objective"]
+    if objective == "causal LM":
+        return objectives.lm_batch
+    if objective == "prefix LM":
+        return objectives.prefix_lm_batch
+    if objective == "masked LM":
+        return lambda windows, g: objectives.mlm_batch(windows, g, rate=config["mlm_rate"])
+    if objective == "span corruption":
+        return lambda windows, g: objectives.span_corruption_batch(windows, g, config["noise_density"],
+                                                                   config["mean_span"])
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+def build_model(config: dict):
+    model_config = ModelConfig(**config["model"])
+    return EncoderDecoder(model_config) if config["kind"] == "encoder-decoder" else MaskedTransformer(model_config)
+
+
+def evaluate(model, kind: str, reviews: list) -> dict:
+    """The learning-curve numbers: rating accuracy by the one protocol (T5 also by free generation, and
+    in its training format as a diagnostic)."""
+    results = {"rating_accuracy": protocols.rating_accuracy(model, kind, reviews)}
+    if kind == "encoder-decoder":
+        results["free_generation_accuracy"] = protocols.free_generation_accuracy(model, reviews)
+        results["training_format_accuracy"] = protocols.training_format_accuracy(model, reviews)
+    return results
+
+
+def train_recipe(config: dict, desc: str = "train"):
+    """The one training loop: only `batch_function(config)` and the model differ between recipes."""
+    generator = seed_everything(config["seed"])
+    model = build_model(config)
+    make_batch = batch_function(config)
+    stream = objectives.review_stream("train")
+    reviews = protocols.new_reviews(config["eval_reviews"])
+    optimizer = make_optimizer(model, config)
+    log, running = [], []
+    for step in tqdm(range(config["steps"]), desc=desc, file=sys.stderr, mininterval=1.0,
+                     position=PROGRESS_POSITION):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, config)
+        batch = make_batch(objectives.random_windows(stream, config["window"], config["batch_size"], generator),
+                           generator)
+        loss = objectives.masked_cross_entropy(protocols.batch_logits(model, batch), batch.targets, batch.loss_mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config["grad_clip"])
+        optimizer.step()
+        running.append(loss.item())
+        if (step + 1) % config["eval_every"] == 0 or step + 1 == config["steps"]:
+            model.eval()
+            log.append({"step": step + 1, "train_loss": sum(running) / len(running),
+                        **evaluate(model, config["kind"], reviews)})
+            model.train()
+            running = []
+    model.eval()
+    return model, log
+
+
+def needs_training(name: str, config: dict) -> bool:
+    """Whether checkpoints/<name>.pt is missing, unreadable or stale for this config and code."""
+    try:
+        saved = torch.load(CHECKPOINT_DIR / f"{name}.pt", weights_only=True)
+    except Exception:
+        return True
+    return saved.get("key") != checkpoint_key(config, train_recipe)
+
+
+def _train_in_worker(job):
+    """Runs in a fresh (spawned) process: train and save one checkpoint."""
+    global PROGRESS_POSITION
+    name, config, position = job
+    PROGRESS_POSITION = position
+    get_or_train(name, config, train_recipe)
+    return name
+
+
+def train_missing(runs: list, processes: int = 2):
+    """Train the runs [(name, config)] whose checkpoints are missing or stale, `processes` at a time,
+    each in its own process.  With one run (or one process) nothing is done here: `get_or_train`
+    then trains it in this process."""
+    missing = [(name, config) for name, config in runs if needs_training(name, config)]
+    if len(missing) > 1 and processes > 1:
+        jobs = [(name, config, i % processes) for i, (name, config) in enumerate(missing)]
+        with multiprocessing.get_context("spawn").Pool(min(processes, len(jobs))) as pool:
+            list(pool.imap_unordered(_train_in_worker, jobs))
+            pool.close()  # let the workers exit on their own: terminating them (what `with` does) can
+            pool.join()   # kill one mid-exit and leak its semaphores
+
+
+def compare(only=None, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0,
+            processes: int = 2) -> dict:
+    """{recipe: (model, log)} for the recipes in `only` (default: all four), from checkpoints when they
+    match; the ones that need training are trained first, in parallel processes (`train_missing`)."""
+    recipes = list(RECIPES) if only is None else [only] if isinstance(only, str) else list(only)
+    runs = {r: named_config(r, steps, mlm_rate, seed) for r in recipes}
+    train_missing(list(runs.values()), processes)
+    return {r: get_or_train(name, config, train_recipe) for r, (name, config) in runs.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m lib.experiments", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("compare", help="train (or load) the recipes and print their learning curves")
+    run.add_argument("--steps", type=int, default=STEPS, help=f"training steps (default {STEPS})")
+    run.add_argument("--mlm-rate", type=float, default=MLM_RATE, help=f"BERT's masking rate (default {MLM_RATE})")
+    run.add_argument("--only", choices=list(RECIPES), action="append",
+                     help="train only this recipe (repeatable; default: all four)")
+    run.add_argument("--seed", type=int, nargs="+", default=[0],
+                     help="seeds of initialisation and batches, one run each (default 0)")
+    run.add_argument("--processes", type=int, default=2, help="parallel training processes (default 2)")
+    args = parser.parse_args(argv)
+    recipes = args.only or list(RECIPES)
+    train_missing([named_config(r, args.steps, args.mlm_rate, seed) for seed in args.seed for r in recipes],
+                  args.processes)
+    for seed in args.seed:
+        for recipe, (model, log) in compare(recipes, args.steps, args.mlm_rate, seed, args.processes).items():
+            parameters = sum(p.numel() for p in model.parameters())
+            print(f"{checkpoint_name(recipe, args.steps, args.mlm_rate, seed)}: {parameters:,} parameters")
+            for row in log:
+                print("  " + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+
+
+if __name__ == "__main__":
+    main()

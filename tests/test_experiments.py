@@ -1,0 +1,193 @@
+"""Section 04: every recipe trains, the evaluation protocols score an oracle perfectly and never show
+the answer, probes transfer only what the features hold, and training is reproducible across processes."""
+
+import multiprocessing
+
+import pytest
+import torch
+
+from lib import capabilities, probes, protocols, world
+from lib import experiments as ex
+from lib.masks import causal_mask
+from lib.objectives import SENTINELS, TOKENIZER
+
+REVIEWS = protocols.new_reviews(40)
+SMALL = dict(vocab_size=len(TOKENIZER), context=32, d_model=32, n_layers=1, n_heads=2)
+
+
+def tiny_config(recipe, steps=30):
+    return dict(ex.recipe_config(recipe, steps=steps), model=SMALL, warmup=5, eval_every=10, eval_reviews=20)
+
+
+@pytest.mark.parametrize("recipe", list(ex.RECIPES))
+def test_each_objective_lowers_its_loss_in_a_few_steps(recipe):
+    model, log = ex.train_recipe(tiny_config(recipe))
+    assert [row["step"] for row in log] == [10, 20, 30]
+    assert log[-1]["train_loss"] < 0.8 * log[0]["train_loss"]
+    assert 0.0 <= log[-1]["rating_accuracy"] <= 1.0
+    assert ("free_generation_accuracy" in log[-1]) == ("training_format_accuracy" in log[-1]) == (recipe == "t5")
+
+
+class Oracle(torch.nn.Module):
+    """Knows the world's rule and applies it to whatever it can see: with both adjectives visible it
+    predicts the rating everywhere; with the food adjective hidden it reads its polarity from the
+    connective and the service adjective and predicts every adjective of that polarity; in a decoder,
+    after a rating it closes the span with <1>.  Called like a MaskedTransformer or an EncoderDecoder."""
+
+    config = ex.MODEL
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    @staticmethod
+    def guess(visible):
+        logits = torch.zeros(len(TOKENIZER))
+        words = [TOKENIZER.vocab[i] for i in visible]
+        food = [w for w in words if w in world.FOOD_ADJECTIVES]
+        service = [w for w in words if w in world.SERVICE_ADJECTIVES]
+        if food and service:
+            rating = world.review_rating(world.FOOD_ADJECTIVES[food[0]], world.SERVICE_ADJECTIVES[service[0]])
+            logits[TOKENIZER[rating]] = 10.0
+        elif service and ("and" in words or "but" in words):
+            positive = world.SERVICE_ADJECTIVES[service[0]] == ("and" in words)
+            for adjective, polarity in world.FOOD_ADJECTIVES.items():
+                logits[TOKENIZER[adjective]] = 9.0 * (polarity == positive)
+        return logits
+
+    def forward(self, idx, target_or_mask, source_mask=None, target_mask=None, cross_mask=None):
+        if self.kind == "encoder-decoder":
+            source, target = idx, target_or_mask
+            out = torch.stack([self.guess(row) for row in source.tolist()])[:, None].repeat(1, target.shape[1], 1)
+            after_rating = torch.isin(target, torch.tensor(protocols.RATING_IDS))
+            out[after_rating] = 0.0
+            out[..., SENTINELS[1]] += 20.0 * after_rating
+            return out
+        mask = target_or_mask.expand(idx.shape[0], idx.shape[1], idx.shape[1])
+        return torch.stack([torch.stack([self.guess([t for t, seen in zip(row, mask[b, i].tolist()) if seen])
+                                         for i in range(len(row))]) for b, row in enumerate(idx.tolist())])
+
+
+@pytest.mark.parametrize("kind", protocols.KINDS)
+def test_the_protocols_score_an_oracle_perfectly(kind):
+    oracle = Oracle(kind)
+    assert protocols.rating_accuracy(oracle, kind, REVIEWS) == 1.0
+    assert capabilities.candidate_scoring(oracle, kind, REVIEWS[:10]) == 1.0
+    fill = capabilities.adjective_fill(oracle, kind, REVIEWS)
+    # Only a model that reads the right context can know the food's polarity: causal kinds never see it.
+    expected = 0.0 if kind in ("causal", "prefix") else 1.0
+    assert fill["right_polarity"] == fill["food_adjective"] == expected
+    if kind == "encoder-decoder":
+        assert protocols.free_spans(oracle, REVIEWS[:3]) == [protocols.true_rating(r) for r in REVIEWS[:3]]
+        assert protocols.free_generation_accuracy(oracle, REVIEWS) == 1.0
+
+
+class Copycat(torch.nn.Module):
+    """Predicts, at every position, the token it reads there: scores 1.0 only if the answer is shown."""
+
+    config = ex.MODEL
+
+    def forward(self, idx, target_or_mask, *masks):
+        ids = target_or_mask if masks else idx  # the decoder's input, or the stack's input
+        return torch.nn.functional.one_hot(ids, len(TOKENIZER)).float() * 10.0
+
+
+@pytest.mark.parametrize("kind", protocols.KINDS)
+def test_the_slot_protocol_never_shows_the_answer(kind):
+    ids = [protocols.line_ids(r) for r in REVIEWS]
+    slots = [protocols.review_slots(s)["rating"] for s in ids]
+    predicted = protocols.slot_logits(Copycat(), kind, ids, slots).argmax(-1)
+    assert not any(p == s[i] for p, s, i in zip(predicted.tolist(), ids, slots))
+
+
+def test_t5_training_format_scores_an_oracle_perfectly_and_checks_its_decoys():
+    scores = capabilities.t5_training_format(Oracle("encoder-decoder"), REVIEWS)
+    assert scores == {"rating": 1.0, "fill: food adjective": 1.0, "fill: right polarity": 1.0}
+    ids = [protocols.line_ids(r) for r in REVIEWS[:3]]
+    rating = [protocols.review_slots(s)["rating"] for s in ids]
+    predicted = protocols.training_format_logits(Copycat(), ids, rating).argmax(-1)
+    assert not any(p == s[i] for p, s, i in zip(predicted.tolist(), ids, rating))  # the answer is never shown
+    with pytest.raises(ValueError, match="decoys"):
+        protocols.training_format_logits(Oracle("encoder-decoder"), ids, rating, decoys=(1, 2))
+
+
+@pytest.mark.parametrize("recipe", list(ex.RECIPES))
+def test_objective_accuracy_reports_shares(recipe):
+    config = tiny_config(recipe)
+    scores = capabilities.objective_accuracy(ex.build_model(config), ex.batch_function(config), config["window"],
+                                             batches=2)
+    assert set(scores) == ({"accuracy", "sentinels", "content"} if recipe == "t5" else {"accuracy"})
+    assert all(0.0 <= v <= 1.0 for v in scores.values())
+
+
+def test_always_ok_and_new_reviews():
+    reviews = protocols.new_reviews(200)
+    assert reviews[:40] == REVIEWS and len(set(reviews)) == 200
+    assert not set(reviews) & set(world.build_world().train)
+    assert all(world.check_line(r) == (True, True) for r in reviews)
+    assert protocols.always_ok_accuracy(reviews) == sum(r.endswith("ok.") for r in reviews) / 200
+
+
+def test_line_likelihood_is_exact_for_causal_models():
+    model = ex.build_model(tiny_config("gpt"))
+    seqs = [protocols.line_ids(r) for r in REVIEWS[:3]]
+    exact = capabilities.line_log_likelihoods(model, "causal", seqs)
+    for seq, value in zip(seqs, exact.tolist()):
+        inputs, targets = torch.tensor([seq[:-1]]), torch.tensor(seq[1:])
+        with torch.no_grad():
+            logp = model(inputs, causal_mask(len(seq) - 1)).log_softmax(-1)[0]
+        assert value == pytest.approx(float(logp[torch.arange(len(targets)), targets].sum()), abs=1e-4)
+
+
+@pytest.mark.parametrize("kind", protocols.KINDS)
+def test_generated_lines_are_reproducible_text(kind):
+    config = tiny_config("t5" if kind == "encoder-decoder" else "gpt")
+    model = ex.build_model(dict(config, kind=kind))
+    lines = capabilities.generate_lines(model, kind, 3, seed=1)
+    assert lines == capabilities.generate_lines(model, kind, 3, seed=1) and all(isinstance(x, str) for x in lines)
+
+
+def test_probe_reads_polarity_only_when_the_features_hold_it():
+    polarity = probes.LABELS[:, None] * 2 - 1
+    noise = torch.randn(len(probes.PAIRS), 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert probes.probe_accuracy(torch.cat([polarity, noise], 1), k=32) == 1.0
+    # One feature per adjective: the test adjectives' features were never labelled, so nothing transfers.
+    adjective = torch.tensor([list(world.FOOD_ADJECTIVES).index(a) for _, a in probes.PAIRS])
+    identity = torch.nn.functional.one_hot(adjective)
+    assert probes.probe_accuracy(identity.double(), k=128) == 0.5
+    with pytest.raises(ValueError, match="one row per opening"):
+        probes.probe_accuracy(noise[:5], k=32)
+
+
+@pytest.mark.parametrize("kind", protocols.KINDS)
+def test_every_readout_gives_one_vector_per_opening(kind):
+    model = ex.build_model(dict(tiny_config("t5" if kind == "encoder-decoder" else "gpt"), kind=kind))
+    sequences = probes.clause_sequences()[:5]
+    for readout in probes.READOUTS[kind]:
+        assert probes.representations(model, kind, readout, sequences).shape == (5, SMALL["d_model"])
+    with pytest.raises(ValueError, match="does not exist"):
+        probes.representations(model, kind, "nowhere", sequences)
+
+
+def test_training_in_a_worker_process_is_bit_identical():
+    config = tiny_config("bert", steps=5)
+    model, log = ex.train_recipe(config)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        other, other_log = pool.apply(ex.train_recipe, (config,))
+        pool.close()
+        pool.join()
+    assert log == other_log
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+
+
+def test_bad_requests_say_what_is_wrong():
+    with pytest.raises(ValueError, match="unknown recipe"):
+        ex.recipe_config("gpt4")
+    with pytest.raises(ValueError, match="mlm_rate"):
+        ex.recipe_config("bert", mlm_rate=1.5)
+    with pytest.raises(ValueError, match="unknown kind"):
+        protocols.rating_accuracy(Oracle("causal"), "sideways", REVIEWS)
+    with pytest.raises(ValueError, match="slot"):
+        protocols.slot_logits(Oracle("causal"), "causal", [[1, 2]], [0])
+    with pytest.raises(SystemExit):
+        ex.main(["compare", "--only", "gpt4"])
