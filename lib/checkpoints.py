@@ -101,6 +101,13 @@ def _load(path: Path, key: str):
     return (model, saved["log"]), None
 
 
+def is_current(name: str, config: dict, train_fn, directory: Path = None) -> bool:
+    """Whether checkpoints/<name>.pt exists, reads, and matches (config, data, code): `get_or_train` would load it."""
+    path = Path(directory or CHECKPOINT_DIR) / f"{name}.pt"
+    with torch.random.fork_rng(devices=[]):  # a check must not move the global random state (model init draws from it)
+        return _load(path, checkpoint_key(config, train_fn))[0] is not None
+
+
 def get_or_train(name: str, config: dict, train_fn, directory: Path = None):
     """Load checkpoints/<name>.pt if it matches (config, data, code); otherwise train and save it.
 

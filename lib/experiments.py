@@ -24,13 +24,12 @@ import argparse
 import multiprocessing
 import sys
 
-import torch
 from tqdm import tqdm
 
 from lib import objectives, protocols
-from lib.checkpoints import CHECKPOINT_DIR, checkpoint_key, get_or_train
+from lib.checkpoints import get_or_train, is_current
 from lib.models import EncoderDecoder, MaskedTransformer, ModelConfig
-from lib.train import BASE_MODEL, learning_rate, make_optimizer, seed_everything
+from lib.train import BASE_MODEL, make_optimizer, optimizer_step, seed_everything
 
 STEPS, BATCH_SIZE, POSITIONS, MLM_RATE = 2500, 32, 32, 0.15
 T5_NOISE_DENSITY, T5_MEAN_SPAN = 0.15, 1.0   # T5's baseline objective: i.i.d. one-token spans, 15%
@@ -134,15 +133,10 @@ def train_recipe(config: dict, desc: str = "train"):
     log, running = [], []
     for step in tqdm(range(config["steps"]), desc=desc, file=sys.stderr, mininterval=1.0,
                      position=PROGRESS_POSITION):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, config)
         batch = make_batch(objectives.random_windows(stream, config["window"], config["batch_size"], generator),
                            generator)
         loss = objectives.masked_cross_entropy(protocols.batch_logits(model, batch), batch.targets, batch.loss_mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config["grad_clip"])
-        optimizer.step()
+        optimizer_step(model, optimizer, loss, step, config)
         running.append(loss.item())
         if (step + 1) % config["eval_every"] == 0 or step + 1 == config["steps"]:
             model.eval()
@@ -152,15 +146,6 @@ def train_recipe(config: dict, desc: str = "train"):
             running = []
     model.eval()
     return model, log
-
-
-def needs_training(name: str, config: dict) -> bool:
-    """Whether checkpoints/<name>.pt is missing, unreadable or stale for this config and code."""
-    try:
-        saved = torch.load(CHECKPOINT_DIR / f"{name}.pt", weights_only=True)
-    except Exception:
-        return True
-    return saved.get("key") != checkpoint_key(config, train_recipe)
 
 
 def _train_in_worker(job):
@@ -176,7 +161,7 @@ def train_missing(runs: list, processes: int = 2):
     """Train the runs [(name, config)] whose checkpoints are missing or stale, `processes` at a time,
     each in its own process.  With one run (or one process) nothing is done here: `get_or_train`
     then trains it in this process."""
-    missing = [(name, config) for name, config in runs if needs_training(name, config)]
+    missing = [(name, config) for name, config in runs if not is_current(name, config, train_recipe)]
     if len(missing) > 1 and processes > 1:
         jobs = [(name, config, i % processes) for i, (name, config) in enumerate(missing)]
         with multiprocessing.get_context("spawn").Pool(min(processes, len(jobs))) as pool:

@@ -51,6 +51,17 @@ def make_optimizer(model, config: dict):
     return torch.optim.AdamW(groups, lr=config["lr"], betas=(0.9, 0.95))
 
 
+def optimizer_step(model, optimizer, loss, step: int, config: dict):
+    """One update, the same for every recipe: this step's learning rate, backpropagation,
+    gradient-norm clipping at config["grad_clip"], AdamW step."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, config)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config["grad_clip"])
+    optimizer.step()
+
+
 def next_token_loss(model, windows):
     """Mean cross-entropy (nats) of predicting windows[:, 1:] from windows[:, :-1]."""
     logits = model(windows[:, :-1])
@@ -99,15 +110,10 @@ def train_char_lm(config: dict, desc: str = "train"):
     optimizer = make_optimizer(model, config)
     log, running = [], []
     for step in tqdm(range(config["steps"]), desc=desc, file=sys.stderr, mininterval=1.0):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, config)
         starts = torch.randint(len(train_ids) - T - 1, (config["batch_size"],), generator=generator)
         batch = torch.stack([train_ids[s: s + T + 1] for s in starts.tolist()])
         loss = next_token_loss(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config["grad_clip"])
-        optimizer.step()
+        optimizer_step(model, optimizer, loss, step, config)
         running.append(loss.item())
         if (step + 1) % config["eval_every"] == 0 or step + 1 == config["steps"]:
             log.append({"step": step + 1, "train_loss": sum(running) / len(running),

@@ -63,3 +63,19 @@ def test_checkpoint_key_ignores_comments_and_docstrings_but_not_code(tmp_path):
 def test_checkpoint_key_covers_exactly_the_lib_modules_training_imports():
     names = {p.name for p in checkpoints.lib_dependencies(Path(train.__file__))}
     assert names == {"train.py", "models.py", "masks.py", "tokenizers.py", "world.py"}
+
+
+def test_is_current_says_whether_get_or_train_would_load(tmp_path):
+    assert not checkpoints.is_current("tiny", TINY, counted_train, tmp_path)
+    checkpoints.get_or_train("tiny", TINY, counted_train, tmp_path)
+    assert checkpoints.is_current("tiny", TINY, counted_train, tmp_path)
+    assert not checkpoints.is_current("tiny", dict(TINY, steps=41), counted_train, tmp_path)
+
+
+def test_is_current_leaves_the_global_random_state_alone(tmp_path):
+    checkpoints.get_or_train("tiny", TINY, counted_train, tmp_path)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    checkpoints.is_current("tiny", TINY, counted_train, tmp_path)
+    assert torch.equal(torch.rand(3), expected)
