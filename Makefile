@@ -1,12 +1,19 @@
 # make book     build the HTML book from the committed notebook outputs
 # make test     unit tests, strict nbval on every notebook, the book build with warnings as errors
 # make lab      JupyterLab with the repository importable from every notebook
-# make execute  re-execute every notebook in place (then inspect the diff and commit)
+# make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
+# make checkpoints  train every missing or stale checkpoint, one process per core
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 
-.PHONY: book test lab execute clean
+NBVAL := BOOK_STATIC_WIDGETS=1 $(PY) -m pytest --nbval --nbval-current-env \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider book
+# The same arithmetic on other CPU kernels (generic ATen code, MKL's SSE2 branch, oneDNN at SSE4.1):
+# an output that depends on the instruction set fails here on every machine, not only on an unlucky one.
+OTHER_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
+
+.PHONY: book test lab execute checkpoints clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -21,8 +28,15 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tests lib
-	BOOK_STATIC_WIDGETS=1 $(PY) -m pytest --nbval --nbval-current-env \
-		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider book
+	@mkdir -p _build
+	@echo "nbval: every notebook, on this machine's kernels and on other kernels, side by side"
+	@$(NBVAL) > _build/nbval.log 2>&1 & pid=$$!; \
+	$(OTHER_KERNELS) $(NBVAL) > _build/nbval-other-kernels.log 2>&1; other=$$?; \
+	wait $$pid; native=$$?; \
+	for log in nbval nbval-other-kernels; do echo "== _build/$$log.log"; tail -n 1 _build/$$log.log; done; \
+	if [ $$native != 0 ]; then cat _build/nbval.log; fi; \
+	if [ $$other != 0 ]; then cat _build/nbval-other-kernels.log; fi; \
+	test $$native = 0 -a $$other = 0
 	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going --quiet
 	@echo "All checks passed; the book is at $(CURDIR)/_build/html/index.html"
@@ -30,7 +44,10 @@ test: $(STAMP)
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) book
 
-execute: $(STAMP)
+checkpoints: $(STAMP)
+	$(PY) -m lib.schedule
+
+execute: checkpoints
 	$(PY) scripts/execute_notebooks.py
 
 clean:

@@ -3,31 +3,47 @@
     model, log = get_or_train("base", config, train_fn)
 
 `get_or_train` loads checkpoints/<name>.pt when its key matches and otherwise
-calls train_fn(config, desc=name), saves the result and returns it.  The key
+trains it: train_fn(config, desc=name) runs in a fresh process on pinned CPU
+kernels (`TRAINING_KERNELS`), which saves the result; `train_missing` trains
+several such processes side by side.  The key
 hashes the config, the training data and the training code: the train
 function's module and every lib module it imports, as syntax trees (so
 comments and docstrings do not count; this cache module itself does not count
 either).  A missing, stale or unreadable checkpoint prints one line to stderr
 and is retrained.  Writes are atomic under a file lock; loads use
 weights_only=True (no pickled code is ever run).
+
+Why a fresh process: which float32 kernels PyTorch runs depends on the CPU
+(AVX2 or AVX-512 code in ATen, MKL's dispatch, oneDNN's JIT) and is chosen once,
+when a process starts.  Training is chaotic, so a last-bit difference in step 1
+becomes a different model by step 200.  A training process therefore starts
+with the kernels pinned to the AVX2 code paths of ATen and MKL (code that
+every x86-64 CPU with AVX2 runs, AVX-512 ones included) and oneDNN switched
+off, whatever the environment of the notebook or shell that asked for it.
 """
 
 import ast
 import contextlib
 import fcntl
 import hashlib
+import importlib
 import inspect
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from lib import models, world
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
+# Set in every training process (read by ATen and MKL when they start): the AVX2 code paths.
+TRAINING_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 
 
 def _source_digest(paths) -> str:
@@ -64,11 +80,12 @@ def lib_dependencies(path: Path) -> set:
 
 
 def checkpoint_key(config: dict, train_fn) -> str:
-    """What a checkpoint must match: the config, the training data and the training code."""
+    """What a checkpoint must match: the config, the training data, the training code, and what picks
+    the float kernels that ran it (PyTorch's version, the pinned kernels)."""
     code = lib_dependencies(Path(inspect.getsourcefile(train_fn)))
     data = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(world.DATA_DIR.glob("*.txt")))).hexdigest()
-    blob = json.dumps({"config": config, "train_fn": train_fn.__qualname__,
-                       "code": _source_digest(code), "data": data}, sort_keys=True)
+    blob = json.dumps({"config": config, "train_fn": train_fn.__qualname__, "code": _source_digest(code),
+                       "data": data, "torch": torch.__version__, "kernels": TRAINING_KERNELS}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -90,10 +107,11 @@ def _load(path: Path, key: str):
         return None, "missing"
     try:
         saved = torch.load(path, weights_only=True)
-        model_class = getattr(models, saved["model_class"])
-        model = model_class(models.ModelConfig(**saved["model_config"]))
-        if saved["key"] != key:
+        if saved["key"] != key:  # checked before a model is built: building one draws from the global RNG
             return None, f"stale (key {saved['key']} != {key}: config, data or code changed)"
+        model_class = getattr(models, saved["model_class"])
+        with torch.random.fork_rng(devices=[]):  # loading must not move a notebook's later random draws
+            model = model_class(models.ModelConfig(**saved["model_config"]))
         model.load_state_dict(saved["state_dict"])
     except Exception as error:  # a torn or foreign file: say so and retrain
         return None, f"unreadable ({type(error).__name__}: {str(error).splitlines()[0][:80]})"
@@ -104,22 +122,102 @@ def _load(path: Path, key: str):
 def is_current(name: str, config: dict, train_fn, directory: Path = None) -> bool:
     """Whether checkpoints/<name>.pt exists, reads, and matches (config, data, code): `get_or_train` would load it."""
     path = Path(directory or CHECKPOINT_DIR) / f"{name}.pt"
-    with torch.random.fork_rng(devices=[]):  # a check must not move the global random state (model init draws from it)
-        return _load(path, checkpoint_key(config, train_fn))[0] is not None
+    return _load(path, checkpoint_key(config, train_fn))[0] is not None
 
 
 def get_or_train(name: str, config: dict, train_fn, directory: Path = None):
     """Load checkpoints/<name>.pt if it matches (config, data, code); otherwise train and save it.
 
-    train_fn(config, desc=name) must return (model, log), where log is a list
-    of dicts of numbers (the learning curve).  Returns (model, log)."""
+    train_fn(config, desc=name) must be a module-level function that returns
+    (model, log), where log is a list of dicts of numbers (the learning curve);
+    it runs in a training process (see the module docstring).  Returns (model, log)."""
     path = Path(directory or CHECKPOINT_DIR) / f"{name}.pt"
+    loaded, reason = _load(path, checkpoint_key(config, train_fn))
+    if loaded is None:
+        print(f"checkpoint {path.name}: {reason}; training {name!r} from scratch", file=sys.stderr)
+        train_missing([(name, config, train_fn)], processes=1, directory=directory)
+        loaded, reason = _load(path, checkpoint_key(config, train_fn))
+        if loaded is None:
+            raise RuntimeError(f"training {name!r} finished but checkpoint {path.name} is {reason}")
+    return loaded
+
+
+def train_missing(runs: list, processes: int = 2, directory: Path = None) -> list:
+    """Train the runs [(name, config, train_fn)] whose checkpoints are missing or stale, each in its
+    own training process, `processes` at a time, longest (most steps) first.  Returns the names trained.
+
+    One run shows its own progress bar; several show one bar over runs.  A run that fails is named
+    with the end of its error output, the others still finish, then a RuntimeError lists the failures."""
+    todo = sorted([run for run in runs if not is_current(*run, directory)], key=lambda run: -run[1].get("steps", 0))
+    names, running, failures = [run[0] for run in todo], [], []
+    bar = tqdm(total=len(todo), desc="training checkpoints", unit="run", file=sys.stderr,
+               disable=len(todo) < 2, mininterval=1.0)
+    try:
+        while todo or running:
+            while todo and len(running) < max(1, processes):
+                running.append(_start_training_process(*todo.pop(0), directory, quiet=not bar.disable))
+            time.sleep(0.2)
+            for job in list(running):
+                if bar.disable:
+                    _relay(job)  # a single run: show its own progress bar as it goes
+                if job["process"].poll() is None:
+                    continue
+                running.remove(job)
+                _relay(job)
+                if job["process"].returncode != 0:
+                    failures.append(job["name"])
+                    print(f"training {job['name']!r} failed (exit {job['process'].returncode}):\n"
+                          f"{job['log'].read_text(errors='replace')[-2000:]}", file=sys.stderr)
+                job["log"].unlink(missing_ok=True)
+                bar.update()
+    finally:  # interrupted: stop the training processes (their locks go with them; nothing half-written is kept)
+        for job in running:
+            job["process"].kill()
+            job["process"].wait()
+            job["log"].unlink(missing_ok=True)
+        bar.close()
+    if failures:
+        raise RuntimeError(f"training failed for {failures}; the other runs were saved")
+    return names
+
+
+def _start_training_process(name: str, config: dict, train_fn, directory, quiet: bool) -> dict:
+    """Start `python -m lib.checkpoints JOB` with the pinned kernels; its stderr goes to a file."""
+    module = inspect.getmodule(train_fn).__name__
+    if module == "__main__" or "<locals>" in train_fn.__qualname__:
+        raise ValueError(f"train_fn {train_fn.__qualname__} must be a module-level function of an importable module")
+    job = {"name": name, "config": config, "module": module, "function": train_fn.__qualname__,
+           "directory": str(directory or CHECKPOINT_DIR), "sys_path": sys.path}
+    env = dict(os.environ, **TRAINING_KERNELS, **({"TQDM_DISABLE": "1"} if quiet else {}))
+    env.pop("ONEDNN_MAX_CPU_ISA", None)  # oneDNN is switched off in the training process
+    log = Path(tempfile.mkstemp(prefix=f"train-{name}-", suffix=".log")[1])
+    process = subprocess.Popen([sys.executable, "-m", "lib.checkpoints", json.dumps(job)], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+                               cwd=Path(__file__).resolve().parent.parent)
+    return {"name": name, "process": process, "log": log, "shown": 0}
+
+
+def _relay(job: dict) -> None:
+    """Copy what a training process wrote to stderr since the last call (its progress bar) to ours."""
+    if job["process"].returncode not in (None, 0):
+        return  # a failure is reported whole, once
+    text = job["log"].read_bytes()[job["shown"]:]
+    job["shown"] += len(text)
+    if text:
+        sys.stderr.write(text.decode(errors="replace"))
+        sys.stderr.flush()
+
+
+def _train_and_save(job: dict) -> None:
+    """In a training process: train one checkpoint (unless another process just did) and save it atomically."""
+    torch.backends.mkldnn.enabled = False  # oneDNN picks its kernels by CPU at run time; ATen + MKL suffice here
+    sys.path[:] = job["sys_path"]
+    train_fn = getattr(importlib.import_module(job["module"]), job["function"])
+    name, config, path = job["name"], job["config"], Path(job["directory"]) / f"{job['name']}.pt"
     key = checkpoint_key(config, train_fn)
     with _locked(path):
-        loaded, reason = _load(path, key)
-        if loaded is not None:
-            return loaded
-        print(f"checkpoint {path.name}: {reason}; training {name!r} from scratch", file=sys.stderr)
+        if _load(path, key)[0] is not None:
+            return
         model, log = train_fn(config, desc=name)
         saved = {"key": key, "name": name, "config": config, "model_class": type(model).__name__,
                  "model_config": model.config.to_dict(), "state_dict": model.state_dict(), "log": log}
@@ -127,4 +225,7 @@ def get_or_train(name: str, config: dict, train_fn, directory: Path = None):
             torch.save(saved, tmp)
         os.chmod(tmp.name, 0o644)
         os.replace(tmp.name, path)  # atomic: readers see the old file or the new one, never half of one
-        return model, log
+
+
+if __name__ == "__main__":
+    _train_and_save(json.loads(sys.argv[1]))

@@ -15,19 +15,18 @@ schedule and seed; only the objective (and the architecture it needs) differs:
 Every `eval_every` steps the log records the training loss and the rating
 accuracy on the first 100 of `protocols.new_reviews` (T5 also by free
 generation and, as a diagnostic, in its training format).  Models that still
-need training run in separate processes (`spawn`), each single-threaded and
-seeded, so a checkpoint is bit-identical whether it was trained alone or next
-to another one.
+need training run in training processes (`checkpoints.train_missing`), each
+single-threaded and seeded, so a checkpoint is bit-identical whether it was
+trained alone or next to another one.
 """
 
 import argparse
-import multiprocessing
 import sys
 
 from tqdm import tqdm
 
-from lib import objectives, protocols
-from lib.checkpoints import get_or_train, is_current
+from lib import checkpoints, objectives, protocols
+from lib.checkpoints import get_or_train
 from lib.models import EncoderDecoder, MaskedTransformer, ModelConfig
 from lib.train import BASE_MODEL, make_optimizer, optimizer_step, seed_everything
 
@@ -40,7 +39,6 @@ RECIPES = {  # name -> (label, kind of model, objective)
     "bert": ("BERT", "bidirectional", "masked LM"),
     "t5": ("T5", "encoder-decoder", "span corruption"),
 }
-PROGRESS_POSITION = None  # set in a worker process so parallel progress bars do not overwrite each other
 
 
 def recipe_config(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0) -> dict:
@@ -131,8 +129,7 @@ def train_recipe(config: dict, desc: str = "train"):
     reviews = protocols.new_reviews(config["eval_reviews"])
     optimizer = make_optimizer(model, config)
     log, running = [], []
-    for step in tqdm(range(config["steps"]), desc=desc, file=sys.stderr, mininterval=1.0,
-                     position=PROGRESS_POSITION):
+    for step in tqdm(range(config["steps"]), desc=desc, file=sys.stderr, mininterval=1.0):
         batch = make_batch(objectives.random_windows(stream, config["window"], config["batch_size"], generator),
                            generator)
         loss = objectives.masked_cross_entropy(protocols.batch_logits(model, batch), batch.targets, batch.loss_mask)
@@ -148,26 +145,21 @@ def train_recipe(config: dict, desc: str = "train"):
     return model, log
 
 
-def _train_in_worker(job):
-    """Runs in a fresh (spawned) process: train and save one checkpoint."""
-    global PROGRESS_POSITION
-    name, config, position = job
-    PROGRESS_POSITION = position
-    get_or_train(name, config, train_recipe)
-    return name
-
-
 def train_missing(runs: list, processes: int = 2):
-    """Train the runs [(name, config)] whose checkpoints are missing or stale, `processes` at a time,
-    each in its own process.  With one run (or one process) nothing is done here: `get_or_train`
-    then trains it in this process."""
-    missing = [(name, config) for name, config in runs if not is_current(name, config, train_recipe)]
-    if len(missing) > 1 and processes > 1:
-        jobs = [(name, config, i % processes) for i, (name, config) in enumerate(missing)]
-        with multiprocessing.get_context("spawn").Pool(min(processes, len(jobs))) as pool:
-            list(pool.imap_unordered(_train_in_worker, jobs))
-            pool.close()  # let the workers exit on their own: terminating them (what `with` does) can
-            pool.join()   # kill one mid-exit and leak its semaphores
+    """Train the runs [(name, config)] whose checkpoints are missing or stale, `processes` at a time."""
+    checkpoints.train_missing([(name, config, train_recipe) for name, config in runs], processes)
+
+
+SEEDS = (0, 1, 2)  # every recipe is trained three times: a conclusion must hold over seeds
+
+
+def runs() -> list:
+    """The checkpoints section 04 loads: [(name, config, train_fn)] — the four recipes over three seeds,
+    exercise 8 (BERT masking 40 %, three seeds) and exercise 9 (T5 for 6,000 steps)."""
+    named = [named_config(r, seed=seed) for seed in SEEDS for r in RECIPES]
+    named += [named_config("bert", mlm_rate=0.40, seed=seed) for seed in SEEDS]
+    named.append(named_config("t5", steps=6000))
+    return [(name, config, train_recipe) for name, config in named]
 
 
 def compare(only=None, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0,

@@ -163,6 +163,13 @@ def check_mask(mask, B: int, rows: int, cols: int, what: str = "mask"):
             (rows, cols), (B, rows, cols)):
         raise ValueError(f"{what} must be bool of shape ({rows}, {cols}) or ({B}, {rows}, {cols}), "
                          f"got {getattr(mask, 'dtype', type(mask).__name__)} {tuple(getattr(mask, 'shape', ()))}")
+    # A query that may attend to no key has no softmax (the explicit path gives NaN, the fused one
+    # an arbitrary number), so such a mask is refused rather than computed two different ways.
+    empty = ~mask.any(dim=-1)
+    if empty.any():
+        where = empty.nonzero()[0].tolist()
+        raise ValueError(f"{what} lets query row {where[-1]}{f' of batch item {where[0]}' if len(where) == 2 else ''} "
+                         f"attend to no position; every row needs at least one True")
     return mask.expand(B, rows, cols)
 
 

@@ -23,6 +23,16 @@ def fmt(x, digits: int = 3) -> str:
     return f"{x:,.{digits}f}"
 
 
+def below(x: float, bound: float) -> str:
+    """A rounding-noise quantity, printed so that it reads the same on every CPU: "< bound" when it is
+    below the bound (its digits depend on which float kernels ran), else its value in full.
+
+    >>> below(8.6e-6, 1e-4), below(3.6e-14, 1e-12), below(0.002, 1e-4)
+    ('< 1e-04', '< 1e-12', '2.000e-03 (not below 1e-04)')
+    """
+    return f"< {bound:.0e}" if abs(x) < bound else f"{x:.3e} (not below {bound:.0e})"
+
+
 def table(rows: list, digits: int = 3, index: str = None) -> pd.DataFrame:
     """A DataFrame from a list of dicts, floats formatted by `fmt` (so the text is exact)."""
     frame = pd.DataFrame([{k: fmt(v, digits) if isinstance(v, float) else v for k, v in row.items()}

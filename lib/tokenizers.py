@@ -28,6 +28,16 @@ def _where(text: str, offset: int) -> str:
     return f"at offset {offset} (line {line}, column {column})"
 
 
+def _lookup(vocab: list, ids) -> list:
+    """The tokens of these ids; an id outside the vocabulary is a ValueError that names it."""
+    out = []
+    for i in ids:
+        if not 0 <= int(i) < len(vocab):
+            raise ValueError(f"token id {int(i)} is outside the vocabulary (ids 0..{len(vocab) - 1})")
+        out.append(vocab[int(i)])
+    return out
+
+
 class CharTokenizer:
     """One token per character of `world.ALPHABET` (44 symbols)."""
 
@@ -50,7 +60,7 @@ class CharTokenizer:
                                     f"the alphabet is {''.join(self.vocab)!r}") from None
 
     def decode(self, ids) -> str:
-        return "".join(self.vocab[int(i)] for i in ids)
+        return "".join(_lookup(self.vocab, ids))
 
 
 # pad fills short sequences, mask is BERT's [MASK], bos starts a decoder, the
@@ -123,8 +133,7 @@ class WordTokenizer:
     def decode(self, ids) -> str:
         """Join tokens with the spacing rules of the corpus (`37+45=82.`, `a: quila.`)."""
         out = ""
-        for i in ids:
-            token = self.vocab[int(i)]
+        for token in _lookup(self.vocab, ids):
             if out and out[-1] not in _NO_SPACE_AFTER and token not in _NO_SPACE_BEFORE:
                 out += " "
             out += token

@@ -123,6 +123,11 @@ def train_char_lm(config: dict, desc: str = "train"):
     return model, log
 
 
+def runs() -> list:
+    """The checkpoints this module trains for the book: [(name, config, train_fn)]."""
+    return [("base", BASE_MODEL, train_char_lm)]
+
+
 def load_base_model():
     """The book's base model (TinyGPT on the mini internet), trained on first use."""
     return get_or_train("base", BASE_MODEL, train_char_lm)

@@ -111,7 +111,7 @@ class World:
 @lru_cache(maxsize=None)
 def build_world(seed: int = SEED) -> World:
     rng = random.Random(seed)
-    names = _invent_names(rng, NUM_NAMES, taken=set(CITIES) | set(FOODS))
+    names = _invent_names(rng, NUM_NAMES, taken=set(CITIES) | set(FOODS) | set(FOOD_ADJECTIVES) | set(SERVICE_ADJECTIVES))
     home = {name: rng.choice(CITIES) for name in names}
     held_out = tuple(sorted(rng.sample(range(2 * NUMBER_RANGE[0], 2 * NUMBER_RANGE[1] + 1), NUM_HELD_OUT_SUMS)))
 
@@ -168,7 +168,7 @@ def classify(line: str):
         ok = {
             "fact": lambda: g[0] in people and g[1] in cities,
             "question": lambda: g[0] in people and g[1] in cities,
-            "addition": lambda: True,
+            "addition": lambda: all(NUMBER_RANGE[0] <= int(x) <= NUMBER_RANGE[1] for x in g[:2]),
             "review": lambda: (g[0] in FOODS and g[1] in FOOD_ADJECTIVES and g[3] in SERVICE_NOUNS
                                and g[4] in SERVICE_ADJECTIVES and g[5] in RATINGS),
             "bus": lambda: g[0] in people and g[3] in people and g[0] != g[3] and {g[1], g[2]} <= cities,
@@ -187,6 +187,8 @@ def check_line(line: str) -> tuple:
     >>> check_line("review: the soup was tasty and the host was rude. rating: good.")
     (True, False)
     >>> check_line("review: the soup was")
+    (False, False)
+    >>> check_line("5+3=8.")         # true, but the world only ever writes two-digit operands
     (False, False)
     """
     kind, m = classify(line)

@@ -102,3 +102,13 @@ def test_hide_padding_hides_pad_keys_but_never_empties_a_row():
     mask = hide_padding(bidirectional_mask(3), is_pad)
     assert mask.tolist() == [[[True, True, False]] * 3]
     assert hide_padding(causal_mask(2), torch.tensor([[True, False]])).tolist() == [[[True, False], [False, True]]]
+
+
+def test_a_mask_row_that_allows_no_key_is_refused_on_both_attention_paths():
+    model = MaskedTransformer(ModelConfig(vocab_size=50, context=8))
+    mask = torch.eye(8, dtype=torch.bool)
+    mask[3, 3] = False
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    for return_attention in (False, True):
+        with pytest.raises(ValueError, match="query row 3 attend to no position"):
+            model(ids, mask, return_attention=return_attention)

@@ -34,3 +34,11 @@ def test_unknown_word_error_names_it_and_where():
         WordTokenizer().encode("the was pizza.")
     with pytest.raises(UnknownTokenError, match=r"unknown character '!'"):
         WordTokenizer().encode("the soup!")
+
+
+@pytest.mark.parametrize("tokenizer", [CharTokenizer(), WordTokenizer()])
+def test_decoding_an_id_outside_the_vocabulary_names_it(tokenizer):
+    with pytest.raises(ValueError, match=rf"token id {len(tokenizer)} is outside the vocabulary \(ids 0..{len(tokenizer) - 1}\)"):
+        tokenizer.decode([0, len(tokenizer)])
+    with pytest.raises(ValueError, match="token id -1"):
+        tokenizer.decode([-1])

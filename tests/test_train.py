@@ -1,19 +1,17 @@
 """Training is bit-reproducible; the checkpoint cache retrains exactly when it must."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from lib import checkpoints, train
 
 TINY = dict(train.BASE_MODEL, model=dict(vocab_size=44, context=96, d_model=16, n_layers=1, n_heads=2),
             steps=40, batch_size=8, eval_every=20)
-calls = []
-
-
-def counted_train(config, desc):
-    calls.append(desc)
-    return train.train_char_lm(config, desc)
 
 
 def test_two_trainings_from_scratch_are_bit_identical():
@@ -29,25 +27,56 @@ def test_training_lowers_the_loss():
 
 
 def test_checkpoint_is_reused_then_retrained_when_corrupt_or_stale(tmp_path, capsys):
-    calls.clear()
-    model, log = checkpoints.get_or_train("tiny", TINY, counted_train, tmp_path)
-    assert calls == ["tiny"] and "tiny.pt: missing; training 'tiny' from scratch" in capsys.readouterr().err
+    model, log = checkpoints.get_or_train("tiny", TINY, train.train_char_lm, tmp_path)
+    assert "tiny.pt: missing; training 'tiny' from scratch" in capsys.readouterr().err
     first_bytes = (tmp_path / "tiny.pt").read_bytes()
 
-    again, log_again = checkpoints.get_or_train("tiny", TINY, counted_train, tmp_path)
-    assert calls == ["tiny"] and log_again == log and capsys.readouterr().err == ""
+    again, log_again = checkpoints.get_or_train("tiny", TINY, train.train_char_lm, tmp_path)
+    assert log_again == log and capsys.readouterr().err == ""  # loaded: no message, no progress bar
     assert all(torch.equal(x, y) for x, y in zip(model.state_dict().values(), again.state_dict().values()))
 
     (tmp_path / "tiny.pt").write_bytes(first_bytes[: len(first_bytes) // 2])  # a torn write
-    checkpoints.get_or_train("tiny", TINY, counted_train, tmp_path)
-    err = capsys.readouterr().err
-    message = err.splitlines()[0]  # one line, then the progress bar
-    assert calls == ["tiny", "tiny"] and message.startswith("checkpoint tiny.pt: unreadable (")
+    checkpoints.get_or_train("tiny", TINY, train.train_char_lm, tmp_path)
+    message = capsys.readouterr().err.splitlines()[0]  # one line, then the progress bar
+    assert message.startswith("checkpoint tiny.pt: unreadable (")
     assert (tmp_path / "tiny.pt").read_bytes() == first_bytes  # the retrain is bit-identical, file included
 
-    checkpoints.get_or_train("tiny", dict(TINY, steps=41), counted_train, tmp_path)
-    assert calls == ["tiny"] * 3 and "tiny.pt: stale" in capsys.readouterr().err
+    checkpoints.get_or_train("tiny", dict(TINY, steps=41), train.train_char_lm, tmp_path)
+    assert "tiny.pt: stale" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_training_runs_on_pinned_kernels_whatever_the_callers_environment(tmp_path):
+    """The same checkpoint, asked for from a process started on other CPU kernels (the generic
+    ATen and MKL code, oneDNN limited to SSE4.1): without the pin its weights differ."""
+    checkpoints.get_or_train("tiny", TINY, train.train_char_lm, tmp_path / "native")
+    other = dict(os.environ, ATEN_CPU_CAPABILITY="default", MKL_CBWR="COMPATIBLE", ONEDNN_MAX_CPU_ISA="SSE41")
+    code = ("import sys; from pathlib import Path; from lib import checkpoints, train; "
+            f"checkpoints.get_or_train('tiny', {TINY!r}, train.train_char_lm, Path(sys.argv[1]))")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "other")], env=other, check=True,
+                   cwd=Path(train.__file__).parent.parent, capture_output=True)
+    assert (tmp_path / "other" / "tiny.pt").read_bytes() == (tmp_path / "native" / "tiny.pt").read_bytes()
+
+
+def test_parallel_training_gives_the_checkpoints_of_one_at_a_time(tmp_path):
+    runs = [(f"tiny{seed}", dict(TINY, seed=seed), train.train_char_lm) for seed in (0, 1, 2)]
+    assert checkpoints.train_missing(runs, processes=2, directory=tmp_path / "parallel") == ["tiny0", "tiny1", "tiny2"]
+    for run in runs:
+        checkpoints.train_missing([run], processes=1, directory=tmp_path / "alone")
+        assert (tmp_path / "parallel" / f"{run[0]}.pt").read_bytes() == (tmp_path / "alone" / f"{run[0]}.pt").read_bytes()
+    assert checkpoints.train_missing(runs, directory=tmp_path / "parallel") == []  # all current: nothing trained
+
+
+def failing_train(config, desc):
+    raise RuntimeError("this run is broken")
+
+
+def test_a_failing_run_is_named_and_the_others_are_kept(tmp_path, capsys):
+    runs = [("broken", TINY, failing_train), ("fine", TINY, train.train_char_lm)]
+    with pytest.raises(RuntimeError, match=r"training failed for \['broken'\]"):
+        checkpoints.train_missing(runs, processes=2, directory=tmp_path)
+    assert "this run is broken" in capsys.readouterr().err
+    assert checkpoints.is_current("fine", TINY, train.train_char_lm, tmp_path)
 
 
 def test_checkpoint_key_ignores_comments_and_docstrings_but_not_code(tmp_path):
@@ -66,16 +95,25 @@ def test_checkpoint_key_covers_exactly_the_lib_modules_training_imports():
 
 
 def test_is_current_says_whether_get_or_train_would_load(tmp_path):
-    assert not checkpoints.is_current("tiny", TINY, counted_train, tmp_path)
-    checkpoints.get_or_train("tiny", TINY, counted_train, tmp_path)
-    assert checkpoints.is_current("tiny", TINY, counted_train, tmp_path)
-    assert not checkpoints.is_current("tiny", dict(TINY, steps=41), counted_train, tmp_path)
+    assert not checkpoints.is_current("tiny", TINY, train.train_char_lm, tmp_path)
+    checkpoints.get_or_train("tiny", TINY, train.train_char_lm, tmp_path)
+    assert checkpoints.is_current("tiny", TINY, train.train_char_lm, tmp_path)
+    assert not checkpoints.is_current("tiny", dict(TINY, steps=41), train.train_char_lm, tmp_path)
 
 
-def test_is_current_leaves_the_global_random_state_alone(tmp_path):
-    checkpoints.get_or_train("tiny", TINY, counted_train, tmp_path)
+def test_checking_or_loading_leaves_the_global_random_state_alone(tmp_path):
+    checkpoints.get_or_train("tiny", TINY, train.train_char_lm, tmp_path)
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
-    checkpoints.is_current("tiny", TINY, counted_train, tmp_path)
+    checkpoints.is_current("tiny", TINY, train.train_char_lm, tmp_path)
+    checkpoints.get_or_train("tiny", TINY, train.train_char_lm, tmp_path)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_committed_checkpoints_are_exactly_the_declared_runs_and_current():
+    from lib import schedule
+    runs = schedule.book_runs()
+    assert sorted(name for name, _, _ in runs) == sorted(p.stem for p in checkpoints.CHECKPOINT_DIR.glob("*.pt"))
+    stale = [name for name, config, train_fn in runs if not checkpoints.is_current(name, config, train_fn)]
+    assert not stale, f"run `make checkpoints` and commit: stale {stale}"

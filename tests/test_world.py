@@ -59,3 +59,8 @@ def test_entropy_floor_is_below_chance_and_consistent():
     kinds = [k for k in world.KINDS]
     assert min(floor[k] for k in kinds) < floor["all"] < max(floor[k] for k in kinds)
     assert 0 < floor["all"] < 5.459
+
+
+def test_invented_names_are_no_other_word_of_the_world():
+    words = set(world.CITIES) | set(world.FOODS) | set(world.FOOD_ADJECTIVES) | set(world.SERVICE_ADJECTIVES)
+    assert not words & set(world.build_world().names)
