@@ -1,6 +1,7 @@
-"""Every checkpoint the book loads, trained in one go: `make checkpoints`.
+"""Every checkpoint the book loads, trained in one go: `make checkpoints` and `make reproduce`.
 
-    python -m lib.schedule [--processes N]
+    python -m lib.schedule [--processes N]              # train what is missing or stale under checkpoints/
+    python -m lib.schedule --reproduce DIR [--only NAME ...]  # retrain into DIR, compare with checkpoints/
 
 Each section's module declares its runs (`runs()`: name, config, train
 function); this trains the missing or stale ones, one training process per
@@ -9,7 +10,11 @@ core, longest first (`checkpoints.train_missing`).  Notebooks then only load.
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
+
+import torch
 
 from lib import checkpoints, experiments, train
 
@@ -19,14 +24,31 @@ def book_runs() -> list:
     return train.runs() + experiments.runs()
 
 
+def same_checkpoint(a: Path, b: Path) -> bool:
+    """Whether two checkpoint files hold bit-identical weights, the same log and the same key."""
+    x, y = (torch.load(path, weights_only=True) for path in (a, b))
+    return (x["key"] == y["key"] and x["log"] == y["log"] and x["state_dict"].keys() == y["state_dict"].keys()
+            and all(torch.equal(x["state_dict"][k], y["state_dict"][k]) for k in x["state_dict"]))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m lib.schedule", description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=os.cpu_count(), help="training processes at once")
+    parser.add_argument("--reproduce", type=Path, metavar="DIR",
+                        help="retrain from scratch into DIR and compare every checkpoint with the committed one")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="only these checkpoints")
     args = parser.parse_args(argv)
+    runs = [run for run in book_runs() if not args.only or run[0] in args.only]
     start = time.perf_counter()
-    trained = checkpoints.train_missing(book_runs(), args.processes)
-    print(f"{len(trained)} of {len(book_runs())} checkpoints trained in {time.perf_counter() - start:.0f} s "
+    trained = checkpoints.train_missing(runs, args.processes, directory=args.reproduce)
+    print(f"{len(trained)} of {len(runs)} checkpoints trained in {time.perf_counter() - start:.0f} s "
           f"with {args.processes} processes" if trained else "every checkpoint is current")
+    if args.reproduce:
+        differ = [name for name, _, _ in runs
+                  if not same_checkpoint(args.reproduce / f"{name}.pt", checkpoints.CHECKPOINT_DIR / f"{name}.pt")]
+        print(f"{len(runs) - len(differ)} of {len(runs)} retrained checkpoints are bit-identical to the committed ones"
+              + (f"; these differ: {differ}" if differ else ""))
+        sys.exit(1 if differ else 0)
 
 
 if __name__ == "__main__":
