@@ -23,16 +23,16 @@ import copy
 import torch
 import torch.nn as nn
 
-from lib.masks import bidirectional_mask, causal_mask
+from lib.masks import for_kind
 from lib.models import MaskedTransformer
 
-MASKS = {"causal": causal_mask, "bidirectional": bidirectional_mask}
+MASKS = ("causal", "bidirectional")  # the kinds of mask an ablated model can run under (`masks.for_kind`)
 
 
 class WithMask(nn.Module):
     """A MaskedTransformer that always uses one kind of mask: called like a TinyGPT.
 
-    forward(idx, return_attention=False) -> logits (B, T, V) [, attention]."""
+    forward(idx) -> logits (B, T, V); forward_with_attention(idx) -> (logits, attention)."""
 
     def __init__(self, model: MaskedTransformer, mask: str = "causal", description: str = ""):
         super().__init__()
@@ -41,9 +41,14 @@ class WithMask(nn.Module):
         self.model, self.mask, self.description = model, mask, description
         self.config = model.config
 
-    def forward(self, idx, return_attention=False):
-        T = idx.shape[-1] if isinstance(idx, torch.Tensor) and idx.dim() else 0
-        return self.model(idx, MASKS[self.mask](T), return_attention)
+    def _mask(self, idx):
+        return for_kind(self.mask, idx.shape[-1] if isinstance(idx, torch.Tensor) and idx.dim() else 0)
+
+    def forward(self, idx):
+        return self.model(idx, self._mask(idx))
+
+    def forward_with_attention(self, idx):
+        return self.model.forward_with_attention(idx, self._mask(idx))
 
     def __repr__(self):
         return f"WithMask({', '.join(filter(None, [self.mask, self.description]))})"

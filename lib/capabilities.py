@@ -18,10 +18,11 @@ from collections import Counter
 import torch
 
 from lib import world
-from lib.masks import bidirectional_mask, causal_mask, hide_padding
-from lib.objectives import BOS, MASK, SENTINELS, TOKENIZER, StackBatch, random_windows, review_stream
-from lib.protocols import (NEWLINE, batch_logits, check_kind, decoder_logits, line_ids, pad, review_slots,
-                           slot_logits, training_format_accuracy, training_format_logits)
+from lib.masks import check_kind, for_kind, hide_padding
+from lib.objectives import StackBatch, batch_logits, pad, random_windows, review_stream
+from lib.protocols import (line_ids, review_slots, slot_logits, training_format_accuracy, training_format_logits,
+                           write_spans)
+from lib.tokenizers import MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
 
 ADJECTIVE_IDS = {TOKENIZER[a]: positive for a, positive in world.FOOD_ADJECTIVES.items()}
 
@@ -48,7 +49,7 @@ def line_log_likelihoods(model, kind: str, sequences: list) -> torch.Tensor:
     check_kind(kind)
     if kind in ("causal", "prefix"):
         ids, is_pad = pad(sequences)
-        logits = model(ids[:, :-1], hide_padding(causal_mask(ids.shape[1] - 1), is_pad[:, :-1]))
+        logits = model(ids[:, :-1], hide_padding(for_kind("causal", ids.shape[1] - 1), is_pad[:, :-1]))
         logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
         return (logp * ~is_pad[:, 1:]).sum(-1)
     owners, queries, slots = [], [], []
@@ -90,30 +91,21 @@ def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float =
         raise ValueError(f"temperature must be positive, got {temperature}")
     g = torch.Generator().manual_seed(seed)
     T = model.config.context
-    if kind == "encoder-decoder":
-        written = torch.tensor([[BOS, SENTINELS[0]]] * n)
-        sources = [[NEWLINE, SENTINELS[0], NEWLINE]] * n
-        while written.shape[1] < T:
-            logits = decoder_logits(model, sources, written.tolist())[:, -1]
-            sample = torch.multinomial((logits / temperature).softmax(-1), 1, generator=g)
-            written = torch.cat([written, sample], 1)
-            if torch.isin(written[:, 2:], torch.tensor(SENTINELS)).any(1).all():
-                break
-        spans = []
-        for row in written[:, 2:].tolist():
-            stop = next((i for i, t in enumerate(row) if t in SENTINELS), len(row))
-            spans.append(TOKENIZER.decode(row[:stop]))
-        return [s.split("\n")[0] for s in spans]
-    ids = torch.full((n, 1), NEWLINE)
+    def sample(logits):
+        return torch.multinomial((logits / temperature).softmax(-1), 1, generator=g)
+
+    if kind == "encoder-decoder":   # the decoder starts from `<bos> <0>`: two of the T positions
+        spans = write_spans(model, [[NEWLINE_WORD, SENTINELS[0], NEWLINE_WORD]] * n, sample, T - 2)
+        return [TOKENIZER.decode(span).split("\n")[0] for span in spans]
+    ids = torch.full((n, 1), NEWLINE_WORD)
     while ids.shape[1] < T:
         if kind == "bidirectional":
             query = torch.cat([ids, torch.full((n, 1), MASK)], 1)
-            logits = model(query, bidirectional_mask(query.shape[1]))[:, -1]
-        else:
-            logits = model(ids, causal_mask(ids.shape[1]))[:, -1]
-        sample = torch.multinomial((logits / temperature).softmax(-1), 1, generator=g)
-        ids = torch.cat([ids, sample], 1)
-        if (ids[:, 1:] == NEWLINE).any(1).all():
+            logits = model(query, for_kind(kind, query.shape[1]))[:, -1]
+        else:   # a prefix LM with a one-token prefix reads causally
+            logits = model(ids, for_kind("causal", ids.shape[1]))[:, -1]
+        ids = torch.cat([ids, sample(logits)], 1)
+        if (ids[:, 1:] == NEWLINE_WORD).any(1).all():
             break
     return [TOKENIZER.decode(row[1:]).split("\n")[0] for row in ids.tolist()]
 

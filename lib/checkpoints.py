@@ -1,15 +1,18 @@
 """The checkpoint cache: train once, then load in seconds.
 
     model, log = get_or_train("base", config, train_fn)
+    train_missing([Run("base", config, train_fn), ...], processes=2)
 
 `get_or_train` loads checkpoints/<name>.pt when its key matches and otherwise
 trains it: train_fn(config, desc=name) runs in a fresh process on pinned CPU
 kernels (`TRAINING_KERNELS`), which saves the result; `train_missing` trains
 several such processes side by side.  The key
 hashes the config, the training data and the training code: the train
-function's module and every lib module it imports, as syntax trees (so
-comments and docstrings do not count; this cache module itself does not count
-either).  A missing, stale or unreadable checkpoint prints one line to stderr
+function's module and every lib module it imports, directly or not, as syntax
+trees (so comments and docstrings do not count; this cache module itself does
+not count either).  Because lib's imports run one way (see tests/test_layers.py),
+a run's key follows exactly the code it uses: editing another section's own
+module, or any measurement the run does not call on, leaves it alone.  A missing, stale or unreadable checkpoint prints one line to stderr
 and is retrained.  Writes are atomic under a file lock; loads use
 weights_only=True (no pickled code is ever run).
 
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,6 +48,14 @@ from lib import models, world
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 # Set in every training process (read by ATen and MKL when they start): the AVX2 code paths.
 TRAINING_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One checkpoint: checkpoints/<name>.pt, trained by train_fn(config, desc=name), a module-level function."""
+    name: str
+    config: dict
+    train_fn: object
 
 
 def _source_digest(paths) -> str:
@@ -61,12 +73,12 @@ def _source_digest(paths) -> str:
 
 
 def lib_dependencies(path: Path) -> set:
-    """This lib file and every lib module it imports, directly or not (read from the syntax trees),
-    except this cache module: how checkpoints are stored does not change what training computes."""
-    lib_dir, found, todo = Path(__file__).resolve().parent, set(), [Path(path).resolve()]
+    """This lib file and every module of its folder it imports as lib.*, directly or not (read from the
+    syntax trees), except this cache module: how checkpoints are stored does not change what training computes."""
+    lib_dir, found, todo = Path(path).resolve().parent, set(), [Path(path).resolve()]
     while todo:
         current = todo.pop()
-        if current in found or not current.exists() or current == Path(__file__).resolve():
+        if current in found or not current.exists() or current.name == Path(__file__).name:
             continue
         found.add(current)
         for node in ast.walk(ast.parse(current.read_text(encoding="utf-8"))):
@@ -79,12 +91,17 @@ def lib_dependencies(path: Path) -> set:
     return found
 
 
+def code_digest(path: Path) -> str:
+    """The training code a run depends on: hash of the syntax trees of `lib_dependencies(path)`."""
+    return _source_digest(lib_dependencies(path))
+
+
 def checkpoint_key(config: dict, train_fn) -> str:
     """What a checkpoint must match: the config, the training data, the training code, and what picks
     the float kernels that ran it (PyTorch's version, the pinned kernels)."""
-    code = lib_dependencies(Path(inspect.getsourcefile(train_fn)))
+    code = code_digest(Path(inspect.getsourcefile(train_fn)))
     data = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(world.DATA_DIR.glob("*.txt")))).hexdigest()
-    blob = json.dumps({"config": config, "train_fn": train_fn.__qualname__, "code": _source_digest(code),
+    blob = json.dumps({"config": config, "train_fn": train_fn.__qualname__, "code": code,
                        "data": data, "torch": torch.__version__, "kernels": TRAINING_KERNELS}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -135,7 +152,7 @@ def get_or_train(name: str, config: dict, train_fn, directory: Path = None):
     loaded, reason = _load(path, checkpoint_key(config, train_fn))
     if loaded is None:
         print(f"checkpoint {path.name}: {reason}; training {name!r} from scratch", file=sys.stderr)
-        train_missing([(name, config, train_fn)], processes=1, directory=directory)
+        train_missing([Run(name, config, train_fn)], processes=1, directory=directory)
         loaded, reason = _load(path, checkpoint_key(config, train_fn))
         if loaded is None:
             raise RuntimeError(f"training {name!r} finished but checkpoint {path.name} is {reason}")
@@ -143,19 +160,20 @@ def get_or_train(name: str, config: dict, train_fn, directory: Path = None):
 
 
 def train_missing(runs: list, processes: int = 2, directory: Path = None) -> list:
-    """Train the runs [(name, config, train_fn)] whose checkpoints are missing or stale, each in its
-    own training process, `processes` at a time, longest (most steps) first.  Returns the names trained.
+    """Train the runs (a list of `Run`) whose checkpoints are missing or stale, each in its own
+    training process, `processes` at a time, longest (most steps) first.  Returns the names trained.
 
     One run shows its own progress bar; several show one bar over runs.  A run that fails is named
     with the end of its error output, the others still finish, then a RuntimeError lists the failures."""
-    todo = sorted([run for run in runs if not is_current(*run, directory)], key=lambda run: -run[1].get("steps", 0))
-    names, running, failures = [run[0] for run in todo], [], []
+    todo = sorted([run for run in runs if not is_current(run.name, run.config, run.train_fn, directory)],
+                  key=lambda run: -run.config.get("steps", 0))
+    names, running, failures = [run.name for run in todo], [], []
     bar = tqdm(total=len(todo), desc="training checkpoints", unit="run", file=sys.stderr,
                disable=len(todo) < 2, mininterval=1.0)
     try:
         while todo or running:
             while todo and len(running) < max(1, processes):
-                running.append(_start_training_process(*todo.pop(0), directory, quiet=not bar.disable))
+                running.append(_start_training_process(todo.pop(0), directory, quiet=not bar.disable))
             time.sleep(0.2)
             for job in list(running):
                 if bar.disable:
@@ -181,8 +199,9 @@ def train_missing(runs: list, processes: int = 2, directory: Path = None) -> lis
     return names
 
 
-def _start_training_process(name: str, config: dict, train_fn, directory, quiet: bool) -> dict:
+def _start_training_process(run: Run, directory, quiet: bool) -> dict:
     """Start `python -m lib.checkpoints JOB` with the pinned kernels; its stderr goes to a file."""
+    name, config, train_fn = run.name, run.config, run.train_fn
     module = inspect.getmodule(train_fn).__name__
     if module == "__main__" or "<locals>" in train_fn.__qualname__:
         raise ValueError(f"train_fn {train_fn.__qualname__} must be a module-level function of an importable module")

@@ -1,8 +1,9 @@
 """Measuring a character-level model on the mini internet.
 
+- `line_batch` + `token_losses`: every document scored on its own; `validation_loss` in nats;
 - `bits_per_char`: validation cross-entropy in bits per character, line by line
   (log2 44 = 5.459 is chance for 44 symbols); `char_bits`: where in a line they go;
-  `entropy_floor`: the least any model could pay on the same lines;
+  `entropy_floor_of_lines`: the least any model could pay on the same lines;
 - `fact_completion`: `q: where does NAME live? a:` → is the greedy answer the right city?
 - `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
 """
@@ -10,13 +11,39 @@
 import math
 
 import torch
+import torch.nn.functional as F
 
 from lib import world
+from lib.objectives import pad
 from lib.tokenizers import CharTokenizer
-from lib.train import line_batch, token_losses
 
 CHARS = CharTokenizer()
-NEWLINE = CHARS.stoi["\n"]
+NEWLINE_CHAR = CHARS.stoi["\n"]
+
+
+def line_batch(lines: list, tokenizer=CHARS):
+    """Each document on its own: newline + line + newline, right-padded with newlines.
+
+    Returns (ids (N, L), weights (N, L - 1)) where weights are 1 on the real
+    predictions (every character of the line and its closing newline).  The
+    documents of the world are independent, so a line needs no other context;
+    scoring lines one by one matches `world.entropy_floor` and avoids charging
+    the model for windows that start in the middle of a word."""
+    ids, is_pad = pad([tokenizer.encode("\n" + line + "\n") for line in lines], tokenizer.encode("\n")[0])
+    return ids, (~is_pad[:, 1:]).float()
+
+
+@torch.no_grad()
+def token_losses(model, ids) -> torch.Tensor:
+    """Cross-entropy (nats) of every next-token prediction, (N, L - 1); causal, so padding on the right is harmless."""
+    logits = model(ids[:, :-1])
+    return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+
+
+def validation_loss(model, batch) -> float:
+    """Mean cross-entropy (nats) per real prediction of a `line_batch`."""
+    ids, weights = batch
+    return float((token_losses(model, ids) * weights).sum() / weights.sum())
 
 
 def batches_by_length(lines: list):
@@ -42,7 +69,7 @@ def bits_per_char(model, lines: list = None) -> float:
     return nats / count / math.log(2)
 
 
-def entropy_floor(lines: list = None) -> dict:
+def entropy_floor_of_lines(lines: list = None) -> dict:
     """`world.entropy_floor` per kind, and for the given lines (default: validation) as a whole.
 
     The overall floor depends on the mix of kinds: the validation set holds
@@ -78,9 +105,9 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
             nxt = logits.argmax(dim=-1)
         else:
             nxt = torch.multinomial((logits / temperature).softmax(dim=-1), 1, generator=generator)[:, 0]
-        nxt = torch.where(done, NEWLINE, nxt)
+        nxt = torch.where(done, NEWLINE_CHAR, nxt)
         idx = torch.cat([idx, nxt[:, None]], dim=1)
-        done |= nxt == NEWLINE
+        done |= nxt == NEWLINE_CHAR
         if done.all():
             break
     return [CHARS.decode(row[len(prompts[0]):]).split("\n")[0] for row in idx.tolist()]

@@ -1,4 +1,4 @@
-"""Section 04's controlled comparison: four architecture + objective recipes, one training loop.
+"""Section 04's controlled comparison: four architecture + objective recipes, trained by `train.fit`.
 
     runs = compare()                          # {"gpt": (model, log), "prefix_lm": ..., "bert": ..., "t5": ...}
     python -m lib.experiments compare --steps 6000 --only t5     # exercise 9, with a progress bar
@@ -14,31 +14,41 @@ schedule and seed; only the objective (and the architecture it needs) differs:
 
 Every `eval_every` steps the log records the training loss and the rating
 accuracy on the first 100 of `protocols.new_reviews` (T5 also by free
-generation and, as a diagnostic, in its training format).  Models that still
-need training run in training processes (`checkpoints.train_missing`), each
-single-threaded and seeded, so a checkpoint is bit-identical whether it was
-trained alone or next to another one.
+generation and, as a diagnostic, in its training format): `fit`'s evaluate
+callback.  Models that still need training run in training processes
+(`checkpoints.train_missing`), each single-threaded and seeded, so a
+checkpoint is bit-identical whether it was trained alone or next to another one.
 """
 
 import argparse
-import sys
-
-from tqdm import tqdm
+from dataclasses import dataclass
 
 from lib import checkpoints, objectives, protocols
-from lib.checkpoints import get_or_train
+from lib.checkpoints import Run, get_or_train
 from lib.models import EncoderDecoder, MaskedTransformer, ModelConfig
-from lib.train import BASE_MODEL, make_optimizer, optimizer_step, seed_everything
+from lib.seeding import seed_everything
+from lib.train import OPTIMIZATION, fit
 
 STEPS, BATCH_SIZE, POSITIONS, MLM_RATE = 2500, 32, 32, 0.15
 T5_NOISE_DENSITY, T5_MEAN_SPAN = 0.15, 1.0   # T5's baseline objective: i.i.d. one-token spans, 15%
 MODEL = ModelConfig(vocab_size=objectives.VOCAB_SIZE, context=POSITIONS, d_model=64, n_layers=2, n_heads=4)
-RECIPES = {  # name -> (label, kind of model, objective)
-    "gpt": ("GPT", "causal", "causal LM"),
-    "prefix_lm": ("prefix LM", "prefix", "prefix LM"),
-    "bert": ("BERT", "bidirectional", "masked LM"),
-    "t5": ("T5", "encoder-decoder", "span corruption"),
-}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One architecture + objective: its name, the label figures show, the kind of model (`masks.MODEL_KINDS`)."""
+    name: str
+    label: str
+    kind: str
+    objective: str
+
+
+RECIPES = {recipe.name: recipe for recipe in (
+    Recipe("gpt", "GPT", "causal", "causal LM"),
+    Recipe("prefix_lm", "prefix LM", "prefix", "prefix LM"),
+    Recipe("bert", "BERT", "bidirectional", "masked LM"),
+    Recipe("t5", "T5", "encoder-decoder", "span corruption"),
+)}
 
 
 def recipe_config(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0) -> dict:
@@ -55,10 +65,9 @@ def recipe_config(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, s
         raise ValueError(f"mlm_rate must lie in (0, 1), got {mlm_rate}")
     if not (isinstance(seed, int) and seed >= 0):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    label, kind, objective = RECIPES[recipe]
-    config = {"recipe": recipe, "kind": kind, "objective": objective, "model": MODEL.to_dict(),
-              "steps": steps, "batch_size": BATCH_SIZE, "seed": seed, "eval_every": 500, "eval_reviews": 100,
-              **{key: BASE_MODEL[key] for key in ("lr", "min_lr", "warmup", "weight_decay", "grad_clip")}}
+    config = {"recipe": recipe, "kind": RECIPES[recipe].kind, "objective": RECIPES[recipe].objective,
+              "model": MODEL.to_dict(), "steps": steps, "batch_size": BATCH_SIZE, "seed": seed, "eval_every": 500,
+              "eval_reviews": 100, **OPTIMIZATION}
     if recipe == "bert":
         config["mlm_rate"] = mlm_rate
     if recipe == "t5":
@@ -85,9 +94,10 @@ def checkpoint_name(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE,
     return name
 
 
-def named_config(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0) -> tuple:
-    """(checkpoint name, config) of one run."""
-    return checkpoint_name(recipe, steps, mlm_rate, seed), recipe_config(recipe, steps, mlm_rate, seed)
+def recipe_run(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0) -> Run:
+    """The checkpoint of one run: its name, its config, `train_recipe`."""
+    return Run(checkpoint_name(recipe, steps, mlm_rate, seed), recipe_config(recipe, steps, mlm_rate, seed),
+               train_recipe)
 
 
 def batch_function(config: dict):
@@ -106,6 +116,7 @@ def batch_function(config: dict):
 
 
 def build_model(config: dict):
+    """The recipe's untrained model (its initialisation draws from the global RNG)."""
     model_config = ModelConfig(**config["model"])
     return EncoderDecoder(model_config) if config["kind"] == "encoder-decoder" else MaskedTransformer(model_config)
 
@@ -121,45 +132,30 @@ def evaluate(model, kind: str, reviews: list) -> dict:
 
 
 def train_recipe(config: dict, desc: str = "train"):
-    """The one training loop: only `batch_function(config)` and the model differ between recipes."""
+    """Train one recipe with `fit`: only `batch_function(config)` and the model differ between recipes."""
     generator = seed_everything(config["seed"])
     model = build_model(config)
     make_batch = batch_function(config)
     stream = objectives.review_stream("train")
     reviews = protocols.new_reviews(config["eval_reviews"])
-    optimizer = make_optimizer(model, config)
-    log, running = [], []
-    for step in tqdm(range(config["steps"]), desc=desc, file=sys.stderr, mininterval=1.0):
-        batch = make_batch(objectives.random_windows(stream, config["window"], config["batch_size"], generator),
-                           generator)
-        loss = objectives.masked_cross_entropy(protocols.batch_logits(model, batch), batch.targets, batch.loss_mask)
-        optimizer_step(model, optimizer, loss, step, config)
-        running.append(loss.item())
-        if (step + 1) % config["eval_every"] == 0 or step + 1 == config["steps"]:
-            model.eval()
-            log.append({"step": step + 1, "train_loss": sum(running) / len(running),
-                        **evaluate(model, config["kind"], reviews)})
-            model.train()
-            running = []
-    model.eval()
+
+    def get_batch():
+        return make_batch(objectives.random_windows(stream, config["window"], config["batch_size"], generator),
+                          generator)
+
+    log = fit(model, get_batch, objectives.batch_loss, config,
+              evaluate=lambda m: evaluate(m, config["kind"], reviews), desc=desc)
     return model, log
-
-
-def train_missing(runs: list, processes: int = 2):
-    """Train the runs [(name, config)] whose checkpoints are missing or stale, `processes` at a time."""
-    checkpoints.train_missing([(name, config, train_recipe) for name, config in runs], processes)
 
 
 SEEDS = (0, 1, 2)  # every recipe is trained three times: a conclusion must hold over seeds
 
 
 def runs() -> list:
-    """The checkpoints section 04 loads: [(name, config, train_fn)] — the four recipes over three seeds,
+    """The checkpoints section 04 loads (`Run`s): the four recipes over three seeds,
     exercise 8 (BERT masking 40 %, three seeds) and exercise 9 (T5 for 6,000 steps)."""
-    named = [named_config(r, seed=seed) for seed in SEEDS for r in RECIPES]
-    named += [named_config("bert", mlm_rate=0.40, seed=seed) for seed in SEEDS]
-    named.append(named_config("t5", steps=6000))
-    return [(name, config, train_recipe) for name, config in named]
+    return ([recipe_run(r, seed=seed) for seed in SEEDS for r in RECIPES]
+            + [recipe_run("bert", mlm_rate=0.40, seed=seed) for seed in SEEDS] + [recipe_run("t5", steps=6000)])
 
 
 def compare(only=None, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0,
@@ -167,9 +163,9 @@ def compare(only=None, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int
     """{recipe: (model, log)} for the recipes in `only` (default: all four), from checkpoints when they
     match; the ones that need training are trained first, in parallel processes (`train_missing`)."""
     recipes = list(RECIPES) if only is None else [only] if isinstance(only, str) else list(only)
-    runs = {r: named_config(r, steps, mlm_rate, seed) for r in recipes}
-    train_missing(list(runs.values()), processes)
-    return {r: get_or_train(name, config, train_recipe) for r, (name, config) in runs.items()}
+    runs = {r: recipe_run(r, steps, mlm_rate, seed) for r in recipes}
+    checkpoints.train_missing(list(runs.values()), processes)
+    return {r: get_or_train(run.name, run.config, run.train_fn) for r, run in runs.items()}
 
 
 def main(argv=None):
@@ -185,8 +181,8 @@ def main(argv=None):
     run.add_argument("--processes", type=int, default=2, help="parallel training processes (default 2)")
     args = parser.parse_args(argv)
     recipes = args.only or list(RECIPES)
-    train_missing([named_config(r, args.steps, args.mlm_rate, seed) for seed in args.seed for r in recipes],
-                  args.processes)
+    checkpoints.train_missing([recipe_run(r, args.steps, args.mlm_rate, seed) for seed in args.seed
+                               for r in recipes], args.processes)
     for seed in args.seed:
         for recipe, (model, log) in compare(recipes, args.steps, args.mlm_rate, seed, args.processes).items():
             parameters = sum(p.numel() for p in model.parameters())

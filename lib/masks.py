@@ -10,9 +10,14 @@ here:
     [[1, 1, 0], [1, 1, 0], [1, 1, 1]]
     >>> bidirectional_mask(2).int().tolist()   # BERT: everything sees everything
     [[1, 1], [1, 1]]
+
+Which mask a kind of model reads with is chosen in one place, `for_kind`.
 """
 
 import torch
+
+# The kinds of model the book compares, by how they read text (section 04).
+MODEL_KINDS = ("causal", "prefix", "bidirectional", "encoder-decoder")
 
 
 def causal_mask(T: int) -> torch.Tensor:
@@ -36,6 +41,34 @@ def prefix_mask(T: int, prefix: int) -> torch.Tensor:
     return mask
 
 
+def prefix_masks(T: int, prefix_lengths) -> torch.Tensor:
+    """(B, T, T): one `prefix_mask` per prefix length."""
+    return torch.stack([prefix_mask(T, int(k)) for k in prefix_lengths])
+
+
+def check_kind(kind: str):
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown kind of model {kind!r}; expected one of {MODEL_KINDS}")
+
+
+def for_kind(kind: str, T: int, prefix_lengths=None) -> torch.Tensor:
+    """The self-attention mask a single-stack model of this kind reads T positions with: (T, T), or
+    (B, T, T) for a prefix LM, whose prefix_lengths (B,) say how much of each row is its prefix.
+
+    >>> for_kind("prefix", 3, [2]).int().tolist() == [prefix_mask(3, 2).int().tolist()]
+    True
+    """
+    check_kind(kind)
+    if kind == "causal":
+        return causal_mask(T)
+    if kind == "bidirectional":
+        return bidirectional_mask(T)
+    if kind == "prefix" and prefix_lengths is not None:
+        return prefix_masks(T, prefix_lengths)
+    raise ValueError(f"a {kind} model has no single self-attention mask" if kind == "encoder-decoder"
+                     else "a prefix LM's mask needs prefix_lengths")
+
+
 def encoder_decoder_masks(source_len: int, target_len: int) -> dict:
     """The three blocks of an encoder-decoder (T5, BART).
 
@@ -53,8 +86,11 @@ def encoder_decoder_masks(source_len: int, target_len: int) -> dict:
 def hide_padding(mask: torch.Tensor, is_pad: torch.Tensor) -> torch.Tensor:
     """(B, rows, cols): the mask with padding keys (is_pad: (B, cols)) hidden from every query.
 
-    A query that would then see nothing keeps its own diagonal entry, so no row
-    of the softmax is empty (its output is ignored by the loss anyway)."""
+    For a square (self-attention) mask, a query that would then see nothing
+    keeps its own diagonal entry, so no row of the softmax is empty (its output
+    is ignored by the loss anyway).  A non-square (cross-attention) mask has no
+    diagonal: there every row must keep a real key, so a source must not be all
+    padding."""
     B, cols = is_pad.shape
     out = mask.expand(B, *mask.shape[-2:]) & ~is_pad[:, None, :]
     rows = out.shape[1]

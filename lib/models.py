@@ -8,9 +8,9 @@ defaults (V=44, T=96, d=64, L=2, 4 heads) it has exactly 109,056 parameters:
     >>> sum(p.numel() for p in TinyGPT().parameters())
     109056
 
-With return_attention=True attention is computed explicitly (softmax of
-masked scores) and its weights are returned, to be drawn; otherwise PyTorch's
-fused scaled_dot_product_attention computes the same thing faster (the two
+`forward_with_attention` computes attention explicitly (softmax of masked
+scores) and returns its weights too, to be drawn; `forward` lets PyTorch's
+fused scaled_dot_product_attention compute the same thing faster (the two
 agree to float rounding, a test checks).  Masks are boolean, True = may attend.
 """
 
@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib.masks import bidirectional_mask, causal_mask, encoder_decoder_masks  # noqa: F401
+from lib.masks import causal_mask, encoder_decoder_masks
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,8 @@ def check_mask(mask, B: int, rows: int, cols: int, what: str = "mask"):
 class MaskedTransformer(nn.Module):
     """Token + position embeddings, `n_layers` blocks, final LayerNorm, tied output.
 
-    forward(idx, mask) -> logits (B, T, V); with return_attention=True also
-    a list of per-layer attention weights, each (B, n_heads, T, T).
+    forward(idx, mask) -> logits (B, T, V); forward_with_attention(idx, mask) -> (logits, a list of
+    per-layer attention weights, each (B, n_heads, T, T)).
     """
 
     def __init__(self, config: ModelConfig = ModelConfig()):
@@ -189,8 +189,8 @@ class MaskedTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(config.d_model)
         init_weights(self, config.n_layers)
 
-    def hidden_states(self, idx, mask, return_attention=False):
-        """The residual stream after the final LayerNorm, (B, T, d) [, attention weights]."""
+    def _stream(self, idx, mask, return_attention):
+        """(the residual stream after the final LayerNorm (B, T, d), attention weights or Nones per layer)."""
         check_ids(idx, self.config)
         B, T = idx.shape
         mask = check_mask(mask, B, T, T)
@@ -201,18 +201,31 @@ class MaskedTransformer(nn.Module):
             attention.append(weights)
         return self.ln_f(x), attention
 
-    def forward(self, idx, mask, return_attention=False):
-        h, attention = self.hidden_states(idx, mask, return_attention)
-        logits = h @ self.wte.weight.T                         # (B, T, V), tied output layer
-        return (logits, attention) if return_attention else logits
+    def hidden_states(self, idx, mask):
+        """The residual stream after the final LayerNorm, (B, T, d)."""
+        return self._stream(idx, mask, False)[0]
+
+    def forward(self, idx, mask):
+        return self.hidden_states(idx, mask) @ self.wte.weight.T   # (B, T, V), tied output layer
+
+    def forward_with_attention(self, idx, mask):
+        """(logits (B, T, V), per-layer attention weights), attention computed explicitly."""
+        h, attention = self._stream(idx, mask, True)
+        return h @ self.wte.weight.T, attention
+
+
+def _length(idx) -> int:
+    return idx.shape[-1] if isinstance(idx, torch.Tensor) and idx.dim() else 0
 
 
 class TinyGPT(MaskedTransformer):
     """The book's base model: a MaskedTransformer that always uses the causal mask."""
 
-    def forward(self, idx, return_attention=False):
-        T = idx.shape[-1] if isinstance(idx, torch.Tensor) and idx.dim() else 0
-        return super().forward(idx, causal_mask(T), return_attention)
+    def forward(self, idx):
+        return super().forward(idx, causal_mask(_length(idx)))
+
+    def forward_with_attention(self, idx):
+        return super().forward_with_attention(idx, causal_mask(_length(idx)))
 
 
 class DecoderBlock(nn.Module):
@@ -247,6 +260,7 @@ class EncoderDecoder(nn.Module):
     cross-attending to the encoder's output.  Token embeddings are shared by both and the output layer.
 
     forward(source, target) -> logits (B, T, V); masks default to `encoder_decoder_masks`.
+    forward_with_attention(...) -> (logits, {"encoder": ..., "decoder": ..., "cross": ...}).
     """
 
     def __init__(self, config: ModelConfig = ModelConfig()):
@@ -261,8 +275,7 @@ class EncoderDecoder(nn.Module):
         self.ln_f = nn.LayerNorm(config.d_model)
         init_weights(self, 2 * config.n_layers)
 
-    def encode(self, source, mask=None, return_attention=False):
-        """The encoder's output (B, S, d) [, its attention weights per layer]."""
+    def _encode(self, source, mask, return_attention):
         check_ids(source, self.config, "source ids")
         B, S = source.shape
         mask = check_mask(encoder_decoder_masks(S, 1)["encoder"] if mask is None else mask, B, S, S, "source mask")
@@ -271,17 +284,31 @@ class EncoderDecoder(nn.Module):
         for block in self.encoder:
             x, weights = block(x, mask, return_attention)
             attention.append(weights)
-        memory = self.ln_encoder(x)
-        return (memory, attention) if return_attention else memory
+        return self.ln_encoder(x), attention
 
-    def forward(self, source, target, source_mask=None, target_mask=None, cross_mask=None,
-                return_attention=False):
+    def encode(self, source, mask=None):
+        """The encoder's output (B, S, d)."""
+        return self._encode(source, mask, False)[0]
+
+    def encode_with_attention(self, source, mask=None):
+        """(the encoder's output (B, S, d), its attention weights per layer)."""
+        return self._encode(source, mask, True)
+
+    def forward(self, source, target, source_mask=None, target_mask=None, cross_mask=None):
+        return self._forward(source, target, source_mask, target_mask, cross_mask, False)[0]
+
+    def forward_with_attention(self, source, target, source_mask=None, target_mask=None, cross_mask=None):
+        """(logits (B, T, V), {"encoder": [...], "decoder": [...], "cross": [...]} weights per layer)."""
+        logits, encoder_attention, decoder_attention, cross_attention = self._forward(
+            source, target, source_mask, target_mask, cross_mask, True)
+        return logits, {"encoder": encoder_attention, "decoder": decoder_attention, "cross": cross_attention}
+
+    def _forward(self, source, target, source_mask, target_mask, cross_mask, return_attention):
         check_ids(source, self.config, "source ids")
         check_ids(target, self.config, "target ids")
         (B, S), T = source.shape, target.shape[1]
         default = encoder_decoder_masks(S, T)
-        memory, encoder_attention = self.encode(source, source_mask, return_attention=True) \
-            if return_attention else (self.encode(source, source_mask), None)
+        memory, encoder_attention = self._encode(source, source_mask, return_attention)
         target_mask = check_mask(default["decoder"] if target_mask is None else target_mask, B, T, T, "target mask")
         cross_mask = check_mask(default["cross"] if cross_mask is None else cross_mask, B, T, S, "cross mask")
         x = self.wte(target) + self.wpe_decoder(torch.arange(T))
@@ -291,6 +318,4 @@ class EncoderDecoder(nn.Module):
             decoder_attention.append(self_weights)
             cross_attention.append(cross_weights)
         logits = self.ln_f(x) @ self.wte.weight.T                  # (B, T, V)
-        if return_attention:
-            return logits, {"encoder": encoder_attention, "decoder": decoder_attention, "cross": cross_attention}
-        return logits
+        return logits, encoder_attention, decoder_attention, cross_attention

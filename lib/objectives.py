@@ -15,10 +15,12 @@ Two batch structures, one per kind of model (masks from `lib.masks`):
 
     StackBatch           one stack (MaskedTransformer): GPT, prefix LM, BERT
         logits = model(b.inputs, b.attention_mask)
-        loss = masked_cross_entropy(logits, b.targets, b.loss_mask)
     EncoderDecoderBatch  T5 span corruption, BART infilling, UL2 (EncoderDecoder)
         logits = model(b.source, b.decoder_input, b.source_mask, b.target_mask, b.cross_mask)
-        loss = masked_cross_entropy(logits, b.targets, b.loss_mask)
+
+`batch_logits(model, b)` is that forward pass, `batch_loss(model, b)` its
+`masked_cross_entropy` over b.loss_mask: the loss every recipe trains on.
+`next_token_loss` is the character-level base model's loss on plain windows.
 
 ELECTRA's discriminator gets an `ElectraBatch` (replaced or not, at every
 position) from an MLM batch and its generator's logits: `electra_batch`.
@@ -32,15 +34,10 @@ import torch
 import torch.nn.functional as F
 
 from lib import world
-from lib.masks import bidirectional_mask, causal_mask, hide_padding, prefix_mask
-from lib.tokenizers import NUM_SENTINELS, SPECIAL_TOKENS, WordTokenizer, sentinel
+from lib.masks import bidirectional_mask, causal_mask, hide_padding, prefix_masks
+from lib.tokenizers import BOS, FIRST_ORDINARY, MASK, MODE_TOKENS, NUM_SENTINELS, PAD, SENTINELS, TOKENIZER
 
-TOKENIZER = WordTokenizer()
 VOCAB_SIZE = len(TOKENIZER)
-PAD, MASK, BOS = TOKENIZER["<pad>"], TOKENIZER["<mask>"], TOKENIZER["<bos>"]
-SENTINELS = [TOKENIZER[sentinel(i)] for i in range(NUM_SENTINELS)]
-MODE_TOKENS = {mode: TOKENIZER[f"[{mode}]"] for mode in "RSX"}
-FIRST_ORDINARY = len(SPECIAL_TOKENS)  # ids below this are specials; words, numbers, punctuation and "\n" follow
 UNTOUCHED, MASKED, RANDOM, UNCHANGED = 0, 1, 2, 3  # what mlm_batch did at a position (StackBatch.actions)
 
 
@@ -97,6 +94,24 @@ def masked_cross_entropy(logits, targets, loss_mask):
     return F.cross_entropy(logits[loss_mask], targets[loss_mask])
 
 
+def batch_logits(model, batch):
+    """A model's logits for a batch of this module (StackBatch or EncoderDecoderBatch)."""
+    if isinstance(batch, StackBatch):
+        return model(batch.inputs, batch.attention_mask)
+    return model(batch.source, batch.decoder_input, batch.source_mask, batch.target_mask, batch.cross_mask)
+
+
+def batch_loss(model, batch):
+    """The training loss of every recipe: mean cross-entropy over the batch's loss positions."""
+    return masked_cross_entropy(batch_logits(model, batch), batch.targets, batch.loss_mask)
+
+
+def next_token_loss(model, windows):
+    """Mean cross-entropy (nats) of predicting windows[:, 1:] from windows[:, :-1] (a TinyGPT)."""
+    logits = model(windows[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), windows[:, 1:].reshape(-1))
+
+
 @lru_cache(maxsize=None)
 def _review_ids(split: str) -> tuple:
     lines = world.load_text(split).splitlines()
@@ -138,7 +153,7 @@ def _check_share(name: str, value: float, low: float = 0.0, high: float = 1.0, o
 
 def _stack_batch(inputs, targets, loss_mask, prefix_lengths, actions=None) -> StackBatch:
     T = inputs.shape[1]
-    masks = torch.stack([prefix_mask(T, k) for k in range(T + 1)])[prefix_lengths]    # (B, T, T)
+    masks = prefix_masks(T, prefix_lengths)                                         # (B, T, T)
     return StackBatch(inputs, targets, loss_mask & (targets != PAD), hide_padding(masks, inputs == PAD),
                       prefix_lengths, actions)
 
@@ -291,19 +306,27 @@ def _check_span_parameters(n: int, noise_density: float, mean_span: float):
                          f"only {NUM_SENTINELS} sentinels: use shorter windows, lower density or longer spans")
 
 
+def pad(rows: list, value: int = PAD) -> tuple:
+    """(ids (B, T) right-padded with `value`, is_pad (B, T)) from lists of ids of any lengths.
+
+    >>> pad([[5, 6], [7]], value=0)[0].tolist(), pad([[5, 6], [7]])[1].tolist()
+    ([[5, 6], [7, 0]], [[False, False], [False, True]])
+    """
+    ids = torch.full((len(rows), max(map(len, rows))), value)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = torch.tensor(row)
+    return ids, torch.arange(ids.shape[1])[None, :] >= torch.tensor([len(row) for row in rows])[:, None]
+
+
 def _encoder_decoder_batch(sources: list, targets: list, is_sentinel: list, modes=None) -> EncoderDecoderBatch:
     """Pad examples of different lengths on the right and build the three masks."""
-    B, S, T = len(sources), max(map(len, sources)), max(map(len, targets))
-    source = torch.full((B, S), PAD)
-    target = torch.full((B, T), PAD)
+    (source, source_pad), (target, target_pad) = pad(sources), pad(targets)
+    B, S, T = len(sources), source.shape[1], target.shape[1]
     sentinel_mask = torch.zeros(B, T, dtype=torch.bool)
     for b in range(B):
-        source[b, :len(sources[b])] = torch.tensor(sources[b])
-        target[b, :len(targets[b])] = torch.tensor(targets[b])
         sentinel_mask[b, :len(targets[b])] = torch.tensor(is_sentinel[b], dtype=torch.bool)
     decoder_input = torch.cat([torch.full((B, 1), BOS), target[:, :-1]], dim=1)
-    source_pad = source == PAD
-    return EncoderDecoderBatch(source, decoder_input, target, target != PAD,
+    return EncoderDecoderBatch(source, decoder_input, target, ~target_pad,
                                hide_padding(bidirectional_mask(S), source_pad),
                                causal_mask(T).expand(B, T, T).clone(),
                                hide_padding(torch.ones(T, S, dtype=torch.bool), source_pad),

@@ -25,9 +25,10 @@ adjective; the decoder state after `<bos> <0>`, where it starts writing what fol
 import torch
 
 from lib import world
-from lib.masks import bidirectional_mask, causal_mask, hide_padding, prefix_mask
-from lib.objectives import BOS, SENTINELS, TOKENIZER
-from lib.protocols import NEWLINE, check_kind, decoder_logits, pad
+from lib.masks import bidirectional_mask, check_kind, for_kind, hide_padding
+from lib.objectives import pad
+from lib.protocols import decoder_logits
+from lib.tokenizers import BOS, NEWLINE_WORD, SENTINELS, TOKENIZER
 
 PAIRS = [(food, adjective) for food in world.FOODS for adjective in world.FOOD_ADJECTIVES]
 LABELS = torch.tensor([float(world.FOOD_ADJECTIVES[a]) for _, a in PAIRS], dtype=torch.float64)
@@ -41,7 +42,7 @@ def clause_sequences() -> list:
     >>> TOKENIZER.decode(clause_sequences()[0])
     '\\nreview: the soup was tasty'
     """
-    return [[NEWLINE] + TOKENIZER.encode(f"review: the {food} was {adjective}") for food, adjective in PAIRS]
+    return [[NEWLINE_WORD] + TOKENIZER.encode(f"review: the {food} was {adjective}") for food, adjective in PAIRS]
 
 
 @torch.no_grad()
@@ -65,9 +66,8 @@ def representations(model, kind: str, readout: str, sequences: list) -> torch.Te
             return captured[0][:, 1].double()
         h = model.encode(ids, hide_padding(bidirectional_mask(T), is_pad)).double()
     else:
-        masks = {"causal": causal_mask(T), "bidirectional": bidirectional_mask(T),
-                 "prefix": torch.stack([prefix_mask(T, len(s)) for s in sequences])}[kind]
-        h = model.hidden_states(ids, hide_padding(masks, is_pad))[0].double()
+        masks = for_kind(kind, T, [len(s) for s in sequences])   # a prefix LM reads the opening as its prefix
+        h = model.hidden_states(ids, hide_padding(masks, is_pad)).double()
     if readout in ("last", "encoder at adjective"):
         return h[rows, last]
     return (h * real).sum(1) / real.sum(1)
@@ -89,8 +89,8 @@ def fit_probe(x, y, l2: float = 1.0):
     return lambda x_new: ((x_new.double() - mean) / std) @ w + bias > 0
 
 
-def probe_accuracy(features, k: int, repeats: int = 100, seed: int = 0, details: bool = False):
-    """Mean test accuracy of a linear probe over `repeats` draws.  Each draw labels 4 positive and
+def probe_scores(features, k: int, repeats: int = 100, seed: int = 0) -> list:
+    """Test accuracy of a linear probe in each of `repeats` draws.  Each draw labels 4 positive and
     4 negative food adjectives (chosen at random), gives the probe k examples drawn at random
     from their openings, and tests it on every opening of the 8 other adjectives."""
     if tuple(features.shape[:1]) != (len(PAIRS),):
@@ -110,5 +110,10 @@ def probe_accuracy(features, k: int, repeats: int = 100, seed: int = 0, details:
         chosen = pool[torch.randint(len(pool), (k,), generator=g)]
         predict = fit_probe(features[chosen], LABELS[chosen])
         scores.append(float((predict(features[test]).double() == LABELS[test]).double().mean()))
-    mean = sum(scores) / len(scores)
-    return (mean, scores) if details else mean
+    return scores
+
+
+def probe_accuracy(features, k: int, repeats: int = 100, seed: int = 0) -> float:
+    """Mean test accuracy of a linear probe over `repeats` draws (`probe_scores`)."""
+    scores = probe_scores(features, k, repeats, seed)
+    return sum(scores) / len(scores)

@@ -28,18 +28,12 @@ import random
 import torch
 
 from lib import world
-from lib.masks import bidirectional_mask, causal_mask, hide_padding, prefix_mask
-from lib.objectives import BOS, MASK, PAD, SENTINELS, TOKENIZER, StackBatch
+from lib.masks import bidirectional_mask, causal_mask, check_kind, for_kind, hide_padding
+from lib.objectives import pad
+from lib.tokenizers import BOS, MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
 
-KINDS = ("causal", "prefix", "bidirectional", "encoder-decoder")
-NEWLINE = TOKENIZER["\n"]
 RATING_IDS = [TOKENIZER[r] for r in world.RATINGS]
 EVAL_SEED = 1234  # the seed of the new reviews every section-04 evaluation uses
-
-
-def check_kind(kind: str):
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind of model {kind!r}; expected one of {KINDS}")
 
 
 def new_reviews(n: int, seed: int = EVAL_SEED) -> list:
@@ -52,8 +46,7 @@ def new_reviews(n: int, seed: int = EVAL_SEED) -> list:
     """
     rng, train, out = random.Random(seed), set(world.build_world().train), []
     while len(out) < n:
-        line = world.make_review(rng.choice(world.FOODS), rng.choice(list(world.FOOD_ADJECTIVES)),
-                                 rng.choice(world.SERVICE_NOUNS), rng.choice(list(world.SERVICE_ADJECTIVES)))
+        line = world.random_review(rng)
         if line not in train and line not in out:
             out.append(line)
     return out
@@ -61,7 +54,7 @@ def new_reviews(n: int, seed: int = EVAL_SEED) -> list:
 
 def line_ids(line: str) -> list:
     """A line as the models read it: newline, its word tokens, newline."""
-    return [NEWLINE] + TOKENIZER.encode(line) + [NEWLINE]
+    return [NEWLINE_WORD] + TOKENIZER.encode(line) + [NEWLINE_WORD]
 
 
 def review_slots(ids: list) -> dict:
@@ -71,21 +64,6 @@ def review_slots(ids: list) -> dict:
     {'food_adjective': 6, 'rating': 15}
     """
     return {"food_adjective": ids.index(TOKENIZER["was"]) + 1, "rating": ids.index(TOKENIZER["rating"]) + 2}
-
-
-def pad(rows: list) -> tuple:
-    """(ids (B, T) right-padded with <pad>, is_pad (B, T)) from lists of ids of any lengths."""
-    ids = torch.full((len(rows), max(map(len, rows))), PAD)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row)
-    return ids, ids == PAD
-
-
-def batch_logits(model, batch):
-    """A model's logits for a training batch of lib.objectives (StackBatch or EncoderDecoderBatch)."""
-    if isinstance(batch, StackBatch):
-        return model(batch.inputs, batch.attention_mask)
-    return model(batch.source, batch.decoder_input, batch.source_mask, batch.target_mask, batch.cross_mask)
 
 
 def decoder_logits(model, sources: list, targets: list):
@@ -114,13 +92,13 @@ def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = 409
         ids, is_pad = pad(contexts)
         T = ids.shape[1]
         # prefix LM: the whole context is its bidirectional prefix; the last prefix position predicts the next token
-        masks = causal_mask(T) if kind == "causal" else torch.stack([prefix_mask(T, len(c)) for c in contexts])
+        masks = for_kind(kind, T, [len(c) for c in contexts])
         return model(ids, hide_padding(masks, is_pad))[rows, torch.tensor(slots) - 1]
     filler = MASK if kind == "bidirectional" else SENTINELS[0]
     filled = [seq[:s] + [filler] + seq[s + 1:] for seq, s in zip(sequences, slots)]
     if kind == "bidirectional":
         ids, is_pad = pad(filled)
-        return model(ids, hide_padding(bidirectional_mask(ids.shape[1]), is_pad))[rows, torch.tensor(slots)]
+        return model(ids, hide_padding(for_kind(kind, ids.shape[1]), is_pad))[rows, torch.tensor(slots)]
     return decoder_logits(model, filled, [[BOS, SENTINELS[0]]] * len(filled))[:, 1]
 
 
@@ -151,6 +129,20 @@ def always_ok_accuracy(reviews: list) -> float:
 
 
 @torch.no_grad()
+def write_spans(model, sources: list, choose, max_new: int) -> list:
+    """An EncoderDecoder writes the span <0> stands for in each source: from `<bos> <0>`, one token per
+    step, choose(logits (B, V)) -> (B, 1), until every row has written a sentinel or max_new tokens.
+    Returns each row's tokens before its first sentinel."""
+    written = torch.zeros(len(sources), 0, dtype=torch.long)
+    for _ in range(max_new):
+        targets = torch.cat([torch.tensor([[BOS, SENTINELS[0]]] * len(sources)), written], 1)
+        logits = decoder_logits(model, sources, targets.tolist())[:, -1]
+        written = torch.cat([written, choose(logits)], 1)
+        if torch.isin(written, torch.tensor(SENTINELS)).any(1).all():
+            break
+    return [row[:next((i for i, t in enumerate(row) if t in SENTINELS), len(row))] for row in written.tolist()]
+
+
 def free_spans(model, reviews: list, max_new: int = 8) -> list:
     """T5's stricter protocol: <0> at the rating slot, the decoder writes greedily from `<bos> <0>` until
     the next sentinel; returns each span as its tokens joined by spaces (`ok .` if it also writes the
@@ -160,18 +152,8 @@ def free_spans(model, reviews: list, max_new: int = 8) -> list:
         ids = line_ids(review)
         slot = review_slots(ids)["rating"]
         sources.append(ids[:slot] + [SENTINELS[0]] + ids[slot + 1:])
-    written = torch.zeros(len(reviews), 0, dtype=torch.long)
-    for _ in range(max_new):
-        targets = torch.cat([torch.tensor([[BOS, SENTINELS[0]]] * len(reviews)), written], 1)
-        logits = decoder_logits(model, sources, targets.tolist())[:, -1]
-        written = torch.cat([written, logits.argmax(-1, keepdim=True)], 1)
-        if torch.isin(written, torch.tensor(SENTINELS)).any(1).all():
-            break
-    spans = []
-    for row in written.tolist():
-        stop = next((i for i, t in enumerate(row) if t in SENTINELS), len(row))
-        spans.append(" ".join(TOKENIZER.vocab[t] for t in row[:stop]))
-    return spans
+    spans = write_spans(model, sources, lambda logits: logits.argmax(-1, keepdim=True), max_new)
+    return [" ".join(TOKENIZER.vocab[t] for t in span) for span in spans]
 
 
 def free_generation_accuracy(model, reviews: list) -> float:

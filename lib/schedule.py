@@ -3,8 +3,7 @@
     python -m lib.schedule [--processes N]              # train what is missing or stale under checkpoints/
     python -m lib.schedule --reproduce DIR [--only NAME ...]  # retrain into DIR, compare with checkpoints/
 
-Each section's module declares its runs (`runs()`: name, config, train
-function); this trains the missing or stale ones, one training process per
+Each section's module declares its runs (`runs()`: a list of `checkpoints.Run`); this trains the missing or stale ones, one training process per
 core, longest first (`checkpoints.train_missing`).  Notebooks then only load.
 """
 
@@ -16,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from lib import checkpoints, experiments, train
+from lib import base_model, checkpoints, experiments
 
 
 def book_runs() -> list:
-    """[(name, config, train_fn)] of every checkpoint under checkpoints/, section by section."""
-    return train.runs() + experiments.runs()
+    """The `Run` of every checkpoint under checkpoints/, section by section."""
+    return base_model.runs() + experiments.runs()
 
 
 def same_checkpoint(a: Path, b: Path) -> bool:

@@ -1,15 +1,22 @@
-"""Two fixed tokenizers for the mini internet: characters and words.
+"""The tokenizer interface, two fixed tokenizers for the mini internet (characters and words),
+and the ids of the word vocabulary's special tokens.
+
+Every tokenizer of the book (these two, `lib.bpe.BPE`, `lib.unigram.Unigram`)
+is a `Tokenizer`: `train(text, vocab_size)` learns a vocabulary from text,
+`tokens(text)` cuts text into pieces, `encode` gives their ids, `decode` the
+text back, `len()` the vocabulary's size.
 
     >>> chars = CharTokenizer()
     >>> chars.decode(chars.encode("q: a."))
     'q: a.'
-    >>> words = WordTokenizer()
-    >>> words.tokens("95+42=137.")
+    >>> TOKENIZER.tokens("95+42=137.")
     ['95', '+', '42', '=', '137', '.']
+    >>> CharTokenizer.train("abba").vocab
+    ['a', 'b']
 
-Both have closed vocabularies; text outside them raises `UnknownTokenError`
-naming the offending character or word and where it is.  (Learned
-tokenizers, BPE and unigram, are the subject of section 01.)
+The default char and word tokenizers have closed vocabularies (the whole
+world); text outside them raises `UnknownTokenError` naming the offending
+character or word and where it is.
 """
 
 import re
@@ -38,15 +45,44 @@ def _lookup(vocab: list, ids) -> list:
     return out
 
 
-class CharTokenizer:
-    """One token per character of `world.ALPHABET` (44 symbols)."""
+class Tokenizer:
+    """What every tokenizer does; subclasses set `vocab` (id -> token) and `stoi` (token -> id)."""
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int = None) -> "Tokenizer":
+        """A tokenizer whose vocabulary is learned from `text` (at most vocab_size tokens; None: no limit)."""
+        raise NotImplementedError
+
+    def tokens(self, text: str) -> list:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list:
+        return [self.stoi[t] for t in self.tokens(text)]
+
+    def decode(self, ids) -> str:
+        return "".join(_lookup(self.vocab, ids))
+
+    def __len__(self):
+        return len(self.vocab)
+
+
+def _no_limit(name: str, vocab_size):
+    if vocab_size is not None:
+        raise ValueError(f"a {name} vocabulary is every symbol of the text: vocab_size must be None, got {vocab_size}")
+
+
+class CharTokenizer(Tokenizer):
+    """One token per character of `world.ALPHABET` (44 symbols), or of the alphabet given."""
 
     def __init__(self, alphabet: str = world.ALPHABET):
         self.vocab = list(alphabet)
         self.stoi = {ch: i for i, ch in enumerate(self.vocab)}
 
-    def __len__(self):
-        return len(self.vocab)
+    @classmethod
+    def train(cls, text: str, vocab_size: int = None) -> "CharTokenizer":
+        """Every character of `text`, sorted."""
+        _no_limit("character", vocab_size)
+        return cls("".join(sorted(set(text))))
 
     def tokens(self, text: str) -> list:
         return list(text)
@@ -58,9 +94,6 @@ class CharTokenizer:
             offset = next(i for i, ch in enumerate(text) if ch not in self.stoi)
             raise UnknownTokenError(f"unknown character {text[offset]!r} {_where(text, offset)}; "
                                     f"the alphabet is {''.join(self.vocab)!r}") from None
-
-    def decode(self, ids) -> str:
-        return "".join(_lookup(self.vocab, ids))
 
 
 # pad fills short sequences, mask is BERT's [MASK], bos starts a decoder, the
@@ -85,28 +118,40 @@ def sentinel(i: int) -> str:
     return f"<{i}>"
 
 
-class WordTokenizer:
+def _words_of(text: str) -> set:
+    return {t for t in WORD_PATTERN.findall(text) if t.strip()}
+
+
+class WordTokenizer(Tokenizer):
     """Words, numbers and punctuation marks as tokens; spaces are implied.
 
-    The vocabulary is closed: every word the world can produce (all people,
-    cities, numbers 0..198 and template words), plus the newline and
-    `SPECIAL_TOKENS`.  `decode(encode(line)) == line` for every corpus line.
+    The default vocabulary is closed: every word the world can produce (all
+    people, cities, numbers 0..198 and template words), plus the newline and
+    `SPECIAL_TOKENS` first (so their ids are fixed: `PAD`, `MASK`, ...).
+    `decode(encode(line)) == line` for every corpus line.
     """
+
+    def __init__(self, words: set = None):
+        self._words = words  # None: the world's words, gathered on first use
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int = None) -> "WordTokenizer":
+        """Every word, number and punctuation mark of `text`, after the special tokens and the newline."""
+        _no_limit("word", vocab_size)
+        return cls(_words_of(text))
 
     @cached_property
     def vocab(self) -> list:
-        w = world.build_world()
-        corpus_words = {t for line in w.train + w.val for t in WORD_PATTERN.findall(line) if t.strip()}
-        numbers = {str(n) for n in range(0, 2 * world.NUMBER_RANGE[1] + 1)}
-        words = corpus_words | numbers | set(w.names) | set(world.CITIES)
+        words = self._words
+        if words is None:
+            w = world.build_world()
+            numbers = {str(n) for n in range(0, 2 * world.NUMBER_RANGE[1] + 1)}
+            words = _words_of("\n".join(w.train + w.val)) | numbers | set(w.names) | set(world.CITIES)
         return SPECIAL_TOKENS + ["\n"] + sorted(words, key=lambda t: (t.isdigit(), len(t) if t.isdigit() else 0, t))
 
     @cached_property
     def stoi(self) -> dict:
         return {t: i for i, t in enumerate(self.vocab)}
-
-    def __len__(self):
-        return len(self.vocab)
 
     def __getitem__(self, token: str) -> int:
         """The id of one token: `tok["<mask>"]`."""
@@ -127,9 +172,6 @@ class WordTokenizer:
             out.append(token)
         return out
 
-    def encode(self, text: str) -> list:
-        return [self.stoi[t] for t in self.tokens(text)]
-
     def decode(self, ids) -> str:
         """Join tokens with the spacing rules of the corpus (`37+45=82.`, `a: quila.`)."""
         out = ""
@@ -138,3 +180,12 @@ class WordTokenizer:
                 out += " "
             out += token
         return out
+
+
+# The word-level models' one tokenizer and the ids of its special tokens (fixed: the specials come first).
+TOKENIZER = WordTokenizer()
+PAD, MASK, BOS = (SPECIAL_TOKENS.index(token) for token in ("<pad>", "<mask>", "<bos>"))
+SENTINELS = [SPECIAL_TOKENS.index(sentinel(i)) for i in range(NUM_SENTINELS)]
+MODE_TOKENS = {mode: SPECIAL_TOKENS.index(f"[{mode}]") for mode in "RSX"}
+NEWLINE_WORD = len(SPECIAL_TOKENS)  # the word id of "\n", the first ordinary token
+FIRST_ORDINARY = len(SPECIAL_TOKENS)  # ids below this are specials; "\n", words, numbers, punctuation follow

@@ -82,6 +82,12 @@ def make_review(food, food_adjective, service, service_adjective):
             f"{service_adjective}. rating: {rating}.")
 
 
+def random_review(rng: random.Random) -> str:
+    """A review with a food, food adjective, service noun and service adjective drawn uniformly, in that order."""
+    return make_review(rng.choice(FOODS), rng.choice(list(FOOD_ADJECTIVES)),
+                       rng.choice(SERVICE_NOUNS), rng.choice(list(SERVICE_ADJECTIVES)))
+
+
 def _invent_names(rng: random.Random, count: int, taken: set) -> list:
     """Pronounceable names from consonant-vowel patterns, always including `base`."""
     consonants, vowels = "bdfghjklmnprstvwxyz", "aeiou"
@@ -123,8 +129,7 @@ def build_world(seed: int = SEED) -> World:
         a, b = rng.randint(*NUMBER_RANGE), rng.randint(*NUMBER_RANGE)
         docs.append(("addition", f"{a}+{b}={a + b}."))
     for _ in range(COUNTS["review"]):
-        docs.append(("review", make_review(rng.choice(FOODS), rng.choice(list(FOOD_ADJECTIVES)),
-                                           rng.choice(SERVICE_NOUNS), rng.choice(list(SERVICE_ADJECTIVES)))))
+        docs.append(("review", random_review(rng)))
     for _ in range(COUNTS["story"]):
         visitor, host = rng.sample(names, 2)
         if rng.random() < 0.5:

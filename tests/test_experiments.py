@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from lib import capabilities, probes, protocols, world
+from lib.masks import MODEL_KINDS
 from lib import experiments as ex
 from lib.masks import causal_mask
 from lib.objectives import SENTINELS, TOKENIZER
@@ -66,7 +67,7 @@ class Oracle(torch.nn.Module):
                                          for i in range(len(row))]) for b, row in enumerate(idx.tolist())])
 
 
-@pytest.mark.parametrize("kind", protocols.KINDS)
+@pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_the_protocols_score_an_oracle_perfectly(kind):
     oracle = Oracle(kind)
     assert protocols.rating_accuracy(oracle, kind, REVIEWS) == 1.0
@@ -90,7 +91,7 @@ class Copycat(torch.nn.Module):
         return torch.nn.functional.one_hot(ids, len(TOKENIZER)).float() * 10.0
 
 
-@pytest.mark.parametrize("kind", protocols.KINDS)
+@pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_the_slot_protocol_never_shows_the_answer(kind):
     ids = [protocols.line_ids(r) for r in REVIEWS]
     slots = [protocols.review_slots(s)["rating"] for s in ids]
@@ -137,7 +138,7 @@ def test_line_likelihood_is_exact_for_causal_models():
         assert value == pytest.approx(float(logp[torch.arange(len(targets)), targets].sum()), abs=1e-4)
 
 
-@pytest.mark.parametrize("kind", protocols.KINDS)
+@pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_generated_lines_are_reproducible_text(kind):
     config = tiny_config("t5" if kind == "encoder-decoder" else "gpt")
     model = ex.build_model(dict(config, kind=kind))
@@ -157,7 +158,7 @@ def test_probe_reads_polarity_only_when_the_features_hold_it():
         probes.probe_accuracy(noise[:5], k=32)
 
 
-@pytest.mark.parametrize("kind", protocols.KINDS)
+@pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_every_readout_gives_one_vector_per_opening(kind):
     model = ex.build_model(dict(tiny_config("t5" if kind == "encoder-decoder" else "gpt"), kind=kind))
     sequences = probes.clause_sequences()[:5]

@@ -39,7 +39,7 @@ def test_explicit_attention_path_agrees_with_fused_path():
     torch.manual_seed(0)
     model, idx = TinyGPT(), torch.randint(44, (2, 96))
     with torch.no_grad():
-        logits, attention = model(idx, return_attention=True)
+        logits, attention = model.forward_with_attention(idx)
     assert torch.allclose(logits, model(idx), atol=1e-5)
     assert len(attention) == 2 and attention[0].shape == (2, 4, 96, 96)
     assert torch.allclose(attention[1].sum(-1), torch.ones(2, 4, 96))
@@ -87,7 +87,7 @@ def test_encoder_decoder_count_masks_and_causality():
     torch.manual_seed(0)
     source, target = torch.randint(354, (2, 7)), torch.randint(354, (2, 5))
     with torch.no_grad():
-        logits, attention = model(source, target, return_attention=True)
+        logits, attention = model.forward_with_attention(source, target)
         assert torch.allclose(logits, model(source, target), atol=1e-5)
     assert logits.shape == (2, 5, 354) and attention["cross"][0].shape == (2, 4, 5, 7)
     changed = target.clone()
@@ -109,6 +109,6 @@ def test_a_mask_row_that_allows_no_key_is_refused_on_both_attention_paths():
     mask = torch.eye(8, dtype=torch.bool)
     mask[3, 3] = False
     ids = torch.zeros(1, 8, dtype=torch.long)
-    for return_attention in (False, True):
+    for forward in (model.forward, model.forward_with_attention):
         with pytest.raises(ValueError, match="query row 3 attend to no position"):
-            model(ids, mask, return_attention=return_attention)
+            forward(ids, mask)
