@@ -1,6 +1,7 @@
 """Training is bit-reproducible; the checkpoint cache retrains exactly when it must."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,28 @@ def test_the_committed_checkpoints_are_exactly_the_declared_runs_and_current():
     assert sorted(run.name for run in runs) == sorted(p.stem for p in checkpoints.CHECKPOINT_DIR.glob("*.pt"))
     stale = [run.name for run in runs if not checkpoints.is_current(run.name, run.config, run.train_fn)]
     assert not stale, f"run `make checkpoints` and commit: stale {stale}"
+
+
+def test_a_checkpoint_key_follows_the_modules_its_run_imports(tmp_path):
+    """Adding a section's module or editing a module no run imports leaves every key alone; editing a
+    module a run imports changes that run's key only."""
+    lib = tmp_path / "lib"
+    shutil.copytree(Path(checkpoints.__file__).parent, lib)
+
+    def digests():
+        return {run: checkpoints.code_digest(lib / f"{run}.py") for run in ("base_model", "experiments")}
+
+    def append(module, text="\n\ndef added():\n    return 1\n"):
+        with open(lib / f"{module}.py", "a") as f:
+            f.write(text)
+
+    before = digests()
+    (lib / "electra.py").write_text("from lib import objectives\n\n\ndef train_electra(config, desc):\n    pass\n")
+    append("probes")
+    append("schedule", "\nfrom lib import electra\n")
+    assert digests() == before
+    append("evals")    # the base model's validation loss
+    after_evals = digests()
+    assert after_evals["base_model"] != before["base_model"] and after_evals["experiments"] == before["experiments"]
+    append("objectives")   # both read batches from it
+    assert all(digests()[run] != after_evals[run] for run in before)
