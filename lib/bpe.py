@@ -27,7 +27,7 @@ never seen (`encode` raises `UnknownTokenError`); byte-level BPE cannot.
 import re
 from collections import Counter
 
-from lib.tokenizers import UnknownTokenError
+from lib.tokenizers import Tokenizer, UnknownTokenError
 
 # GPT-2's pre-tokenizer written with Python's `re` classes: [^\W\d_] is a letter
 # (\p{L}), \d a digit (\p{N}), the third branch punctuation; runs of spaces keep
@@ -79,8 +79,9 @@ def pair_counts(words: list) -> dict:
     return counts
 
 
-class BPE:
-    """A trained BPE tokenizer: base symbols plus an ordered list of merges."""
+class BPE(Tokenizer):
+    """A trained BPE tokenizer: base symbols plus an ordered list of merges.  `BPE.train(text, vocab_size)`
+    or `bpe_train(text, num_merges)` learns one."""
 
     def __init__(self, base: list, merges: list, merge_counts: list, pattern: str, byte_level: bool):
         self.base, self.merges, self.merge_counts = list(base), list(merges), list(merge_counts)
@@ -91,8 +92,17 @@ class BPE:
         self.stoi = {token: i for i, token in enumerate(self.vocab)}
         self._cache = {}
 
-    def __len__(self):
-        return len(self.vocab)
+    @classmethod
+    def train(cls, text: str, vocab_size: int = None, pattern: str = SPLIT_PATTERN, byte_level: bool = False) -> "BPE":
+        """`bpe_train` with vocab_size - (the base symbols) merges (None: until every chunk is one token).
+
+        >>> len(BPE.train("the car\\nthe cat\\n", 8, pattern=SPACE_PATTERN))   # 7 characters + 1 merge
+        8
+        """
+        base = 256 if byte_level else len(set(text))
+        if vocab_size is not None and vocab_size < base:
+            raise ValueError(f"vocab_size={vocab_size} is smaller than the {base} base symbols")
+        return bpe_train(text, None if vocab_size is None else vocab_size - base, pattern, byte_level)
 
     def first(self, k: int) -> "BPE":
         """The tokenizer after its first k merges (what training with num_merges=k gives)."""

@@ -22,21 +22,40 @@ probabilities do not underflow and no log space is needed.
 import math
 from collections import Counter
 from fractions import Fraction
+from functools import cached_property
+
+from lib.bpe import SPLIT_PATTERN, pretokenize
+from lib.tokenizers import Tokenizer
 
 
 def _power(p, alpha):
     return p if alpha == 1 else p ** alpha  # p ** 1.0 would turn an exact Fraction into a float
 
 
-class Unigram:
-    """A unigram tokenizer: {piece: probability}; probabilities may be Fractions or floats."""
+class Unigram(Tokenizer):
+    """A unigram tokenizer: {piece: probability}; probabilities may be Fractions or floats.  Text is cut
+    into chunks by `pattern` (as BPE cuts it), and each chunk is a word to segment."""
 
-    def __init__(self, probabilities: dict):
+    def __init__(self, probabilities: dict, pattern: str = SPLIT_PATTERN):
         bad = {piece: p for piece, p in probabilities.items() if not p > 0 or not piece}
         if bad:
             raise ValueError(f"pieces need a non-empty string and a positive probability: {bad}")
         self.probabilities = dict(probabilities)
         self.max_length = max(map(len, self.probabilities), default=0)
+        self.pattern = pattern
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int, pattern: str = SPLIT_PATTERN) -> "Unigram":
+        """`unigram_train` on the chunks of `text`, counted."""
+        return cls(unigram_train(Counter(pretokenize(text, pattern)), vocab_size).probabilities, pattern)
+
+    @cached_property
+    def vocab(self) -> list:
+        return list(self.probabilities)
+
+    @cached_property
+    def stoi(self) -> dict:
+        return {piece: i for i, piece in enumerate(self.vocab)}
 
     @classmethod
     def from_counts(cls, counts: dict) -> "Unigram":
@@ -47,9 +66,6 @@ class Unigram:
         """
         total = sum(counts.values())
         return cls({piece: Fraction(n, total) for piece, n in counts.items() if n > 0})
-
-    def __len__(self):
-        return len(self.probabilities)
 
     def probability(self, pieces) -> float:
         """The product of the pieces' probabilities (0 if one is not in the vocabulary)."""
@@ -90,9 +106,9 @@ class Unigram:
             raise ValueError(f"cannot segment {word!r}: some character is in no piece of the vocabulary")
         return best[-1]
 
-    def tokens(self, words) -> list:
-        """Viterbi pieces of each word in turn."""
-        return [piece for word in words for piece in self.viterbi(word)[0]]
+    def tokens(self, text: str) -> list:
+        """Viterbi pieces of each chunk of `text` in turn."""
+        return [piece for word in pretokenize(text, self.pattern) for piece in self.viterbi(word)[0]]
 
     def forward(self, word: str, alpha: float = 1.0) -> list:
         """forward[i] = total probability (each segmentation's probability ** alpha) of word[:i]."""

@@ -42,3 +42,23 @@ def test_decoding_an_id_outside_the_vocabulary_names_it(tokenizer):
         tokenizer.decode([0, len(tokenizer)])
     with pytest.raises(ValueError, match="token id -1"):
         tokenizer.decode([-1])
+
+
+def test_every_tokenizer_trains_encodes_and_decodes_alike():
+    from lib.bpe import BPE
+    from lib.unigram import Unigram
+    text = "".join(line + "\n" for line in W.train[:150])
+    for tokenizer in (CharTokenizer.train(text), WordTokenizer.train(text), BPE.train(text, 60),
+                      Unigram.train(text, 60)):
+        ids = tokenizer.encode(text)
+        assert tokenizer.decode(ids) == text and all(0 <= i < len(tokenizer) for i in ids)
+        assert [tokenizer.vocab[i] for i in ids] == tokenizer.tokens(text)
+    assert len(BPE.train(text, 60)) <= 60 and len(Unigram.train(text, 60)) <= 60
+
+
+def test_the_special_ids_are_those_of_the_vocabulary():
+    from lib import tokenizers as t
+    words = WordTokenizer()
+    assert (t.PAD, t.MASK, t.BOS, t.NEWLINE_WORD) == (words["<pad>"], words["<mask>"], words["<bos>"], words["\n"])
+    assert t.SENTINELS == [words[t.sentinel(i)] for i in range(t.NUM_SENTINELS)]
+    assert t.MODE_TOKENS == {m: words[f"[{m}]"] for m in "RSX"}
