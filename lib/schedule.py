@@ -3,8 +3,10 @@
     python -m lib.schedule [--processes N]              # train what is missing or stale under checkpoints/
     python -m lib.schedule --reproduce DIR [--only NAME ...]  # retrain into DIR, compare with checkpoints/
 
-Each section's module declares its runs (`runs()`: a list of `checkpoints.Run`); this trains the missing or stale ones, one training process per
-core, longest first (`checkpoints.train_missing`).  Notebooks then only load.
+Each section's module declares its runs (`runs()`: a list of
+`checkpoints.Run`); this trains the missing or stale ones, one training
+process per core, longest first (`checkpoints.train_missing`).  Notebooks
+then only load.
 """
 
 import argparse
@@ -37,14 +39,14 @@ def main(argv=None):
                         help="retrain from scratch into DIR and compare every checkpoint with the committed one")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these checkpoints")
     args = parser.parse_args(argv)
-    runs = [run for run in book_runs() if not args.only or run[0] in args.only]
+    runs = [run for run in book_runs() if not args.only or run.name in args.only]
     start = time.perf_counter()
     trained = checkpoints.train_missing(runs, args.processes, directory=args.reproduce)
     print(f"{len(trained)} of {len(runs)} checkpoints trained in {time.perf_counter() - start:.0f} s "
           f"with {args.processes} processes" if trained else "every checkpoint is current")
     if args.reproduce:
-        differ = [name for name, _, _ in runs
-                  if not same_checkpoint(args.reproduce / f"{name}.pt", checkpoints.CHECKPOINT_DIR / f"{name}.pt")]
+        differ = [run.name for run in runs if not same_checkpoint(args.reproduce / f"{run.name}.pt",
+                                                                   checkpoints.CHECKPOINT_DIR / f"{run.name}.pt")]
         print(f"{len(runs) - len(differ)} of {len(runs)} retrained checkpoints are bit-identical to the committed ones"
               + (f"; these differ: {differ}" if differ else ""))
         sys.exit(1 if differ else 0)
