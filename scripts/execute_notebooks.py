@@ -1,8 +1,10 @@
 """Re-execute notebooks in place so their committed outputs are fresh: `make execute`.
 
-    python scripts/execute_notebooks.py [book/01_tokenization.ipynb ...]
+    python scripts/execute_notebooks.py [--parallel N] [book/01_tokenization.ipynb ...]
 
-Runs each notebook top to bottom in a fresh kernel (cwd = its folder), with
+Runs each notebook top to bottom in a fresh kernel (cwd = its folder), N
+notebooks at a time (default: one per core; they are independent once
+`make checkpoints` has trained what they load), with
 sliders in their static, pre-computed form, then removes what would make the
 book fetch code from the internet (saved ipywidgets state) and per-run noise
 (cell timings, how printed text was chunked), and writes the notebook back.  A notebook that had to train
@@ -10,9 +12,11 @@ a missing checkpoint is run a second time, so that the committed outputs are
 those of a warm run: no progress bars, identical to what nbval re-executes.
 """
 
+import argparse
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -58,13 +62,25 @@ def execute(path: Path) -> None:
     nbformat.write(nb, path)
 
 
-def main(paths):
+def timed_execute(path: Path) -> str:
+    start = time.perf_counter()
+    execute(path)
+    return f"executed {path.name} in {time.perf_counter() - start:.0f} s"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parallel", type=int, default=os.cpu_count(), help="notebooks executed at once")
+    parser.add_argument("paths", nargs="*", type=Path)
+    args = parser.parse_args(argv)
     os.environ["BOOK_STATIC_WIDGETS"] = "1"
-    for path in paths or sorted((ROOT / "book").glob("*.ipynb")):
-        start = time.perf_counter()
-        execute(Path(path).resolve())
-        print(f"executed {Path(path).name} in {time.perf_counter() - start:.0f} s", flush=True)
+    paths = [path.resolve() for path in args.paths or sorted((ROOT / "book").glob("*.ipynb"))]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(args.parallel) as pool:  # each notebook runs in its own kernel process
+        for line in pool.map(timed_execute, paths):
+            print(line, flush=True)
+    print(f"{len(paths)} notebooks in {time.perf_counter() - start:.0f} s wall, {args.parallel} at a time")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
