@@ -153,9 +153,10 @@ SEEDS = (0, 1, 2)  # every recipe is trained three times: a conclusion must hold
 
 def runs() -> list:
     """The checkpoints section 04 loads (`Run`s): the four recipes over three seeds,
-    exercise 8 (BERT masking 40 %, three seeds) and exercise 9 (T5 for 6,000 steps)."""
+    exercise 8 (BERT masking 40 %) and exercise 9 (T5 for 6,000 steps), three seeds each."""
     return ([recipe_run(r, seed=seed) for seed in SEEDS for r in RECIPES]
-            + [recipe_run("bert", mlm_rate=0.40, seed=seed) for seed in SEEDS] + [recipe_run("t5", steps=6000)])
+            + [recipe_run("bert", mlm_rate=0.40, seed=seed) for seed in SEEDS]
+            + [recipe_run("t5", steps=6000, seed=seed) for seed in SEEDS])
 
 
 def compare(only=None, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int = 0,

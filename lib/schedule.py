@@ -11,6 +11,7 @@ then only load.
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,8 @@ def main(argv=None):
                         help="retrain from scratch into DIR and compare every checkpoint with the committed one")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these checkpoints")
     args = parser.parse_args(argv)
+    # `kill` stops the training processes too (as Ctrl-C does): nothing keeps running unseen
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = [run for run in book_runs() if not args.only or run.name in args.only]
     start = time.perf_counter()
     trained = checkpoints.train_missing(runs, args.processes, directory=args.reproduce)
