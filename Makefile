@@ -1,5 +1,6 @@
 # make book     build the HTML book from the committed notebook outputs
-# make test     unit tests, strict nbval on every notebook, the book build with warnings as errors
+# make test     unit tests, strict nbval on every notebook, the book build with warnings as errors,
+#               then checks of the built site (Chinese search terms)
 # make lab      JupyterLab with the repository importable from every notebook
 # make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
 # make checkpoints  train every missing or stale checkpoint, one process per core
@@ -40,6 +41,7 @@ test: $(STAMP)
 	test $$native = 0 -a $$other = 0
 	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going --quiet
+	$(PY) scripts/check_search_index.py
 	@echo "All checks passed; the book is at $(CURDIR)/_build/html/index.html"
 
 lab: $(STAMP)
