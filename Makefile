@@ -1,6 +1,6 @@
 # make book     build the HTML book from the committed notebook outputs
 # make test     unit tests, strict nbval on every notebook, the book build with warnings as errors,
-#               then checks of the built site (Chinese search terms)
+#               then checks of the built site (Chinese search terms, no duplicate or third-party scripts)
 # make lab      JupyterLab with the repository importable from every notebook
 # make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
 # make checkpoints  train every missing or stale checkpoint, one process per core
@@ -42,6 +42,7 @@ test: $(STAMP)
 	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going --quiet
 	$(PY) scripts/check_search_index.py
+	$(PY) scripts/check_page_scripts.py
 	@echo "All checks passed; the book is at $(CURDIR)/_build/html/index.html"
 
 lab: $(STAMP)
