@@ -5,7 +5,9 @@
 `render(**values)` returns what to show for one setting of the controls: a
 string, a pandas DataFrame, a matplotlib Figure, or a tuple of them.
 
-- In JupyterLab it returns ipywidgets sliders that call `render` on every move.
+- In JupyterLab it returns ipywidgets controls that call `render` on every move:
+  a slider for numbers, buttons showing each whole label for text; strings are
+  shown as preformatted text, figures as pictures, tables as tables.
 - When notebooks are executed for the book (`make execute`, `make test`,
   which set BOOK_STATIC_WIDGETS=1) it renders every combination of values
   once and returns a static view: HTML sliders with a few lines of inline
@@ -18,6 +20,7 @@ import html
 import io
 import itertools
 import json
+import numbers
 import os
 
 import matplotlib.pyplot as plt
@@ -100,21 +103,44 @@ class StaticSlider:
         return {"text/plain": "\n".join(text), "text/html": page}
 
 
+class _Text:
+    """A string as Jupyter should show it: preformatted, its newlines kept (display(str) shows its repr)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": self.text, "text/html": _part_html(self.text)}
+
+
+def _live_part(part):
+    """What to hand to IPython's display() for one part of render()'s result."""
+    return part if isinstance(part, (plt.Figure, pd.DataFrame)) else _Text(str(part))
+
+
+def _control(widgets, name, options, value):
+    """A slider over numbers; for text, buttons wide enough to show every label whole
+    (a SelectionSlider's readout cuts a long label such as "causal (GPT)")."""
+    if all(isinstance(o, numbers.Number) for o in options):
+        return widgets.SelectionSlider(options=options, value=value, description=name, continuous_update=False,
+                                       style={"description_width": "initial"})
+    return widgets.ToggleButtons(options=options, value=value, description=name,
+                                 style={"description_width": "initial", "button_width": "auto"})
+
+
 def live_slider(render, controls: dict, initial: dict):
-    """ipywidgets sliders; `render` runs again on every move."""
+    """ipywidgets controls; `render` runs again on every move."""
     import ipywidgets as widgets
     from IPython.display import display
 
-    sliders = {name: widgets.SelectionSlider(options=options, value=initial[name], description=name,
-                                             continuous_update=False, style={"description_width": "initial"})
-               for name, options in controls.items()}
+    sliders = {name: _control(widgets, name, options, initial[name]) for name, options in controls.items()}
     output = widgets.Output()
 
     def update(_=None):
         output.clear_output(wait=True)
         with output:
             for part in _parts(render(**{name: s.value for name, s in sliders.items()})):
-                display(part)
+                display(_live_part(part))
                 if isinstance(part, plt.Figure):
                     plt.close(part)
 

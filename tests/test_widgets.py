@@ -51,3 +51,42 @@ def test_states_that_look_the_same_are_stored_once(monkeypatch):
     assert 'data-views="[0, 0, 0, 1, 2, 3]"' in page
     shown = page.split('<div class="book-slider-state">')[1]
     assert shown.startswith("<pre>counted 2")
+
+
+@pytest.fixture
+def kernel_display(monkeypatch, tmp_path):
+    """An IPython shell with the inline backend's PNG formatter, so display() makes what a notebook shows."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.core.pylabtools import select_figure_formats
+
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
+    shell = InteractiveShell.instance(history_length=0)
+    select_figure_formats(shell, {"png"})
+    yield shell
+    InteractiveShell.clear_instance()
+
+
+def test_live_slider_shows_text_as_text_and_figures_as_pictures(monkeypatch, kernel_display):
+    from IPython.utils.capture import capture_output
+
+    monkeypatch.delenv(widgets.STATIC_ENV, raising=False)
+    grid = "prefix LM:\n  37 + 45\n 1 1 0 0"
+    with capture_output() as shown:  # outside a kernel the Output widget cannot capture; the shell can
+        box = widgets.slider(lambda n: (f"prefix {n}: <visible>\n{grid}", pd.DataFrame({"n": [n]}),
+                                        plt.subplots()[0]), {"n": [1, 2]})
+        box.children[0].value = 2
+    text, table, figure = (output.data for output in shown.outputs)  # the move cleared the first state's
+    assert text["text/plain"] == f"prefix 2: <visible>\n{grid}"  # real newlines, no quotes: not repr(str)
+    assert text["text/html"] == f"<pre>prefix 2: &lt;visible&gt;\n{grid}</pre>"
+    assert "<table" in table["text/html"] and "image/png" in figure
+
+
+def test_text_controls_show_whole_labels(monkeypatch):
+    monkeypatch.delenv(widgets.STATIC_ENV, raising=False)
+    box = widgets.slider(lambda kind, n: f"{kind} {n}", {"kind": ["bidirectional (BERT)", "causal (GPT)"],
+                                                        "n": [1, 2]})
+    kind, n, _output = box.children
+    assert type(kind).__name__ == "ToggleButtons" and kind.style.button_width == "auto"
+    assert type(n).__name__ == "SelectionSlider"
+    kind.value = "causal (GPT)"
+    assert kind.value == "causal (GPT)"
