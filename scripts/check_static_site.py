@@ -1,10 +1,10 @@
-"""Browser check of the built book: no request leaves _build/html, and static sliders work.
+"""Browser check of the built book: no request leaves _build/html, no console error, static sliders work.
 
     make book && .venv/bin/python scripts/check_static_site.py [page.html ...]
 
 Needs Debian's chromium (`apt-get install chromium`); not part of `make test`
 because CI machines have no browser.  For each page it records every network
-request (via the DevTools protocol), then moves every slider of the page to
+request and console error (via the DevTools protocol), then moves every slider of the page to
 each combination of positions and checks that exactly one pre-computed view
 is visible and that it is the one the positions select.
 """
@@ -78,11 +78,20 @@ def check_page(ws, path: Path) -> int:
             message = json.loads(ws.recv())
             if message.get("method") == "Network.requestWillBeSent":
                 requests.append(message["params"]["request"]["url"])
+            if message.get("method") == "Runtime.exceptionThrown":  # e.g. a SyntaxError in an inline script
+                details = message["params"]["exceptionDetails"]
+                errors.append(details.get("exception", {}).get("description", details["text"]).splitlines()[0])
+            if message.get("method") == "Runtime.consoleAPICalled" and message["params"]["type"] == "error":
+                errors.append(" ".join(str(a.get("value", a.get("description"))) for a in message["params"]["args"]))
+            if message.get("method") == "Log.entryAdded" and message["params"]["entry"]["level"] == "error":
+                errors.append(message["params"]["entry"]["text"])
             if message.get("id") == i:
                 return message.get("result", {})
 
-    requests = []
+    requests, errors = [], []
     call("Network.enable")
+    call("Runtime.enable")
+    call("Log.enable")
     call("Page.enable")
     call("Page.navigate", url=path.as_uri())
     time.sleep(3)  # let deferred scripts (MathJax) run
@@ -91,9 +100,11 @@ def check_page(ws, path: Path) -> int:
     report = json.loads(call("Runtime.evaluate", expression=MOVE_ALL_SLIDERS)["result"]["value"])
     wrong = [r for r in report if r["visible"] != r["expected"]]
     print(f"{path.name}: {len(requests)} requests, {len(outside)} outside the site {outside[:3]}; "
-          f"{len(report)} slider positions checked, {len(wrong)} wrong {wrong[:3]}")
-    call("Network.disable")
-    return len(outside) + len(wrong)
+          f"{len(report)} slider positions checked, {len(wrong)} wrong {wrong[:3]}; "
+          f"{len(errors)} console errors {errors[:3]}")
+    for method in ("Network.disable", "Runtime.disable", "Log.disable"):
+        call(method)
+    return len(outside) + len(wrong) + len(errors)
 
 
 if __name__ == "__main__":
