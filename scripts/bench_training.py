@@ -13,8 +13,10 @@ import time
 import torch
 import torch.nn.functional as F
 
+from lib.base_model import BASE_MODEL
 from lib.models import TinyGPT
-from lib.train import BASE_MODEL, make_optimizer, seed_everything
+from lib.seeding import seed_everything
+from lib.train import make_optimizer
 
 
 def step_time(explicit: bool, steps: int) -> float:
@@ -24,8 +26,7 @@ def step_time(explicit: bool, steps: int) -> float:
     batch = torch.randint(44, (BASE_MODEL["batch_size"], model.config.context + 1))
     start = time.perf_counter()
     for _ in range(steps):
-        out = model(batch[:, :-1], return_attention=explicit)
-        logits = out[0] if explicit else out
+        logits = model.forward_with_attention(batch[:, :-1])[0] if explicit else model(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, 44), batch[:, 1:].reshape(-1))
         optimizer.zero_grad()
         loss.backward()
