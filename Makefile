@@ -4,7 +4,7 @@
 # make lab      JupyterLab with the repository importable from every notebook
 # make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
 # make checkpoints  train every missing or stale checkpoint, one process per core
-# make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: ~25 min on 2 cores)
+# make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: about 20 min on 2 cores)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
