@@ -12,8 +12,9 @@ function's module and every lib module it imports, directly or not, as syntax
 trees (so comments and docstrings do not count; this cache module itself does
 not count either).  Because lib's imports run one way (see tests/test_layers.py),
 a run's key follows exactly the code it uses: editing another section's own
-module, or any measurement the run does not call on, leaves it alone.  A missing, stale or unreadable checkpoint prints one line to stderr
-and is retrained.  Writes are atomic under a file lock; loads use
+module, or any measurement the run does not call on, leaves it alone.  A
+missing, stale or unreadable checkpoint prints one line to stderr and is
+retrained.  Writes are atomic under a file lock; loads use
 weights_only=True (no pickled code is ever run).
 
 Why a fresh process: which float32 kernels PyTorch runs depends on the CPU
@@ -208,11 +209,11 @@ def _start_training_process(run: Run, directory, quiet: bool) -> dict:
     job = {"name": name, "config": config, "module": module, "function": train_fn.__qualname__,
            "directory": str(directory or CHECKPOINT_DIR), "sys_path": sys.path}
     env = dict(os.environ, **TRAINING_KERNELS, **({"TQDM_DISABLE": "1"} if quiet else {}))
-    env.pop("ONEDNN_MAX_CPU_ISA", None)  # oneDNN is switched off in the training process
     log = Path(tempfile.mkstemp(prefix=f"train-{name}-", suffix=".log")[1])
-    process = subprocess.Popen([sys.executable, "-m", "lib.checkpoints", json.dumps(job)], env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
-                               cwd=Path(__file__).resolve().parent.parent)
+    with log.open("wb") as stderr:  # the child keeps its own copy of the file descriptor
+        process = subprocess.Popen([sys.executable, "-m", "lib.checkpoints", json.dumps(job)], env=env,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                                   cwd=Path(__file__).resolve().parent.parent)
     return {"name": name, "process": process, "log": log, "shown": 0}
 
 
