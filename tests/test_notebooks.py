@@ -5,9 +5,12 @@
    state would make the book load widget code from a CDN).
 2. Prose figures: every number in a notebook's Markdown must be among the
    numbers its outputs print.  Exempt are quotations, written 「…」 and followed
-   by their source in 〔…〕 (e.g. 「0.409」〔讲义 §3.1〕), the sources themselves,
-   headings, list markers, code spans and math.  Numbers glued to a letter or a
-   hyphen on their left are names, not figures (GPT-3, T5, log2), and §01 is a section.
+   by their source, a citation role (「50,257」{cite:p}`radford2019gpt2`) or, in
+   notebooks not yet converted, 〔…〕 (「0.409」〔Raffel et al. 2019〕), the sources
+   themselves, headings, list markers, code spans and math.  Numbers glued to a letter
+   or a hyphen on their left are names, not figures (GPT-3, T5, log2), and §01 is a section.
+3. Citations: every key cited with a {cite…} role in a notebook or a Markdown page
+   exists in book/references.bib, so the book build cannot meet an unknown key.
 """
 
 import json
@@ -18,9 +21,14 @@ import pytest
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+PAGES = sorted(BOOK.glob("*.md"))
+BIBLIOGRAPHY = BOOK / "references.bib"
 NUMBER = re.compile(r"(?<![A-Za-z_\-\d.,§])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|(?<![A-Za-z_\-\d.,§])\d+(?:\.\d+)?(?!\d)")
 QUOTE = re.compile(r"「([^」]*)」(〔[^〕]+〕)?")
 SOURCE = re.compile(r"〔[^〕]*〕")
+# {cite}`k`, {cite:p}`a,b`, {cite:t}`k`, {cite:ps}`k`, ...; keys may carry {pre}/{post} text: {cite:p}`{see }k{, §2}`
+CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]*)`")
+BIB_ENTRY = re.compile(r"^\s*@(\w+)\s*\{\s*([^,\s]+)\s*,", re.M)
 NOT_PROSE = [re.compile(r"```.*?```", re.S), re.compile(r"\$\$.*?\$\$", re.S)] + [re.compile(p, re.M) for p in (
     r"`[^`]*`", r"\$[^$]*\$", r"^#+ .*$", r"^\s*(?:\d+\.|[-*])\s", r"\]\([^)]*\)", r"<[^>]*>")]
 
@@ -43,8 +51,26 @@ def output_text(nb) -> str:
     return "\n".join(parts)
 
 
+def cited_keys(markdown: str) -> list:
+    """Keys of the citation roles in Markdown: 'a{cite:p}`x,y`' -> ['x', 'y']."""
+    return [key.strip() for target in CITE.findall(markdown)
+            for key in re.sub(r"\{[^}]*\}", "", target).split(",") if key.strip()]
+
+
+def bibliography_keys(bibtex: str) -> list:
+    """Entry keys of a .bib file, in order (@string, @preamble and @comment are not entries)."""
+    return [key for kind, key in BIB_ENTRY.findall(bibtex) if kind.lower() not in ("string", "preamble", "comment")]
+
+
+def markdown_of(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        return "\n\n".join("".join(c["source"]) for c in load(path)["cells"] if c["cell_type"] == "markdown")
+    return path.read_text(encoding="utf-8")
+
+
 def prose_figures(markdown: str):
     """(figures to check, quoted figures, quotations lacking a source)."""
+    markdown = CITE.sub("〔cite〕", markdown)  # a citation role is a source, like 〔…〕 (and not a code span)
     for pattern in NOT_PROSE:
         markdown = pattern.sub(" ", markdown)
     quoted, unsourced = [], []
@@ -70,12 +96,11 @@ def test_notebook_is_executed_without_errors_or_widget_state(path):
 def test_every_figure_in_the_prose_is_an_output(path, request):
     nb = load(path)
     printed = set(numbers(output_text(nb)))
-    markdown = "\n\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    checked, quoted, unsourced = prose_figures(markdown)
+    checked, quoted, unsourced = prose_figures(markdown_of(path))
     exempt_cells = sum(1 for c in nb["cells"] if c["cell_type"] == "code"
                        and re.search(r"NBVAL_(IGNORE_OUTPUT|SKIP)", "".join(c["source"])))
     request.config.__dict__.setdefault("book_prose_figures", []).append((path.name, len(checked), len(quoted), exempt_cells))
-    assert not unsourced, f"quotations without a 〔source〕: {unsourced}"
+    assert not unsourced, f"quotations without a source ({{cite:p}}`key` after 」): {unsourced}"
     missing = sorted({n for n in checked if n not in printed}, key=float)
     assert not missing, f"{path.name}: figures in the prose that no output prints: {missing}"
 
@@ -85,3 +110,24 @@ def test_the_figure_checker_catches_what_it_should():
         "模型是 0.545 bits，「0.409」〔讲义 §3〕，GPT-3 有「175B」〔Brown et al. 2020〕。`x = 3` 和 $d = 64$\n"
         "## 2. 标题 12\n1. 列表 109,056 和 「7」")
     assert checked == ["0.545", "109056"] and quoted == ["0.409", "175", "7"] and unsourced == ["「7」"]
+    checked, quoted, unsourced = prose_figures(
+        "词表停在「50,257」{cite:p}`radford2019gpt2`个 token，「15%」{cite:p}`devlin2019bert,raffel2020t5`；"
+        "我们是 636 个，「28%」`code` 不算出处，「39%」")
+    assert checked == ["636"] and quoted == ["50257", "15", "28", "39"] and unsourced == ["「28%」", "「39%」"]
+
+
+def test_every_cited_key_is_in_the_bibliography():
+    known = bibliography_keys(BIBLIOGRAPHY.read_text(encoding="utf-8"))
+    duplicates = sorted({key for key in known if known.count(key) > 1})
+    assert not duplicates, f"{BIBLIOGRAPHY.name}: keys defined twice: {duplicates}"
+    cited = {path.name: cited_keys(markdown_of(path)) for path in NOTEBOOKS + PAGES}
+    assert any(cited.values()), "no {cite} roles found: has the citation syntax changed?"
+    unknown = {name: sorted(set(keys) - set(known)) for name, keys in cited.items() if set(keys) - set(known)}
+    assert not unknown, f"cited keys missing from {BIBLIOGRAPHY.name}: {unknown}"
+
+
+def test_the_citation_checker_reads_roles_and_entries():
+    assert cited_keys("见{cite:p}`a2020x, b2021y`和 {cite:t}`c` 与 {cite}`{see }d{, §2}`，`{not a role}`") == \
+        ["a2020x", "b2021y", "c", "d"]
+    assert bibliography_keys("@string{x = {y}}\n@inproceedings{a2020x,\n title={T}}\n  @Article{ b2021y ,}") == \
+        ["a2020x", "b2021y"]
