@@ -55,7 +55,8 @@ def parameter_count(config: ModelConfig) -> int:
 def attend(q, k, v, mask, return_weights=False):
     """Scaled dot-product attention of q (B, h, Tq, d_h) over k, v (B, h, Tk, d_h); mask (B, Tq, Tk)."""
     if return_weights:  # the explicit path, to show the weights
-        # Scale by sqrt(d_h) so scores keep unit variance at init (Vaswani et al. §3.2.1).
+        # Scale by sqrt(d_h): unit-variance q, k components give q·k a variance of d_h (Vaswani et al. §3.2.1).
+        # Under this book's N(0, 0.02) init the scores start near 0 with or without it (§02 measures both).
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))               # (B, h, Tq, Tk)
         weights = scores.masked_fill(~mask[:, None], float("-inf")).softmax(dim=-1)
         return weights @ v, weights                                            # (B, h, Tq, d_h)
