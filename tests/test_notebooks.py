@@ -7,7 +7,9 @@
    numbers its outputs print.  Exempt are quotations, written 「…」 and followed
    by their source, a citation role (「50,257」{cite:p}`radford2019gpt2`) or, in
    notebooks not yet converted, 〔…〕 (「0.409」〔Raffel et al. 2019〕), the sources
-   themselves, headings, list markers, code spans and math.  Numbers glued to a letter
+   themselves, headings, list markers, code spans and math.  A Markdown table is a
+   quotation when the line above it (its caption) ends with a citation role: its cells
+   are quoted figures; the caption itself is prose.  Numbers glued to a letter
    or a hyphen on their left are names, not figures (GPT-3, T5, log2), and §01 is a section.
 3. Citations: every key cited with a {cite…} role in a notebook or a Markdown page
    exists in book/references.bib, so the book build cannot meet an unknown key.
@@ -31,6 +33,9 @@ CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]*)`")
 BIB_ENTRY = re.compile(r"^\s*@(\w+)\s*\{\s*([^,\s]+)\s*,", re.M)
 NOT_PROSE = [re.compile(r"```.*?```", re.S), re.compile(r"\$\$.*?\$\$", re.S)] + [re.compile(p, re.M) for p in (
     r"`[^`]*`", r"\$[^$]*\$", r"^#+ .*$", r"^\s*(?:\d+\.|[-*])\s", r"\]\([^)]*\)", r"<[^>]*>")]
+# A Markdown table and the line above it (blank lines between are allowed): the caption, when it is not a row.
+TABLE = re.compile(r"^(?P<caption>[ \t]*[^\s|][^\n]*)\n(?:[ \t]*\n)*(?P<rows>(?:[ \t]*\|[^\n]*(?:\n|$))+)", re.M)
+CITED_CAPTION = re.compile(r"〔cite〕[\s.:;。：；]*$")  # the caption ends with a citation role (already replaced)
 
 
 def numbers(text: str) -> list:
@@ -71,9 +76,18 @@ def markdown_of(path: Path) -> str:
 def prose_figures(markdown: str):
     """(figures to check, quoted figures, quotations lacking a source)."""
     markdown = CITE.sub("〔cite〕", markdown)  # a citation role is a source, like 〔…〕 (and not a code span)
+    quoted, unsourced = [], []
+
+    def cited_table(m):
+        """A table under a caption that ends with a citation quotes its source: drop the rows, keep the caption."""
+        if not CITED_CAPTION.search(m.group("caption")):
+            return m.group(0)
+        quoted.extend(numbers(m.group("rows")))
+        return m.group("caption") + "\n\n"
+
+    markdown = TABLE.sub(cited_table, markdown)
     for pattern in NOT_PROSE:
         markdown = pattern.sub(" ", markdown)
-    quoted, unsourced = [], []
     for m in QUOTE.finditer(markdown):
         quoted += numbers(m.group(1))
         if numbers(m.group(1)) and not m.group(2):
@@ -114,6 +128,23 @@ def test_the_figure_checker_catches_what_it_should():
         "词表停在「50,257」{cite:p}`radford2019gpt2`个 token，「15%」{cite:p}`devlin2019bert,raffel2020t5`；"
         "我们是 636 个，「28%」`code` 不算出处，「39%」")
     assert checked == ["636"] and quoted == ["50257", "15", "28", "39"] and unsourced == ["「28%」", "「39%」"]
+
+
+def test_a_table_is_quoted_only_under_a_caption_that_ends_with_a_citation():
+    table = "| objective | GLUE | SQuAD |\n|---|---:|---:|\n| BERT-style | 82.96 | 80.65 |\n| 15% | 83.28 | 80.88 |\n"
+    checked, quoted, _ = prose_figures("**目标对比**（下游分数）{cite:p}`raffel2020t5{表 4}`：\n\n" + table + "\n我们是 0.545。")
+    assert checked == ["0.545"] and quoted == ["82.96", "80.65", "15", "83.28", "80.88"]
+    checked, quoted, _ = prose_figures("**目标对比**{cite:p}`raffel2020t5`\n" + table)  # no blank line: still the caption
+    assert checked == [] and len(quoted) == 5
+    # no citation, a citation that does not end the caption, or no caption at all: the cells are checked
+    for markdown in ("**目标对比**（下游分数）：\n\n" + table,
+                     "见{cite:p}`raffel2020t5`，我们自己的 12 个数：\n\n" + table,
+                     table):
+        checked, quoted, _ = prose_figures(markdown)
+        assert {"82.96", "80.65", "15", "83.28", "80.88"} <= set(checked) and quoted == [], markdown
+    # the caption stays prose: a figure in it is checked even when the table is quoted
+    checked, quoted, _ = prose_figures("表里 4 种目标{cite:p}`raffel2020t5`\n\n" + table)
+    assert checked == ["4"] and len(quoted) == 5
 
 
 def test_every_cited_key_is_in_the_bibliography():
