@@ -5,9 +5,9 @@
 - `candidate_scoring`: put each of the 16 food adjectives in, score every whole line, keep the best.
 - `generate_lines`: sample lines from nothing; `lib.evals.line_quality` says how many are valid and true.
 - `objective_accuracy`: argmax accuracy on the model's own training objective, on held-out reviews.
-- `t5_training_format`: a diagnostic: the rating and adjective questions asked of T5 in the format
-  it was trained on (the slot is one of several hidden spans, `lib.protocols.training_format_logits`),
-  to tell "does not know" from "does not understand the question".
+- `training_format`: the rating and adjective questions asked in the format the model's own objective
+  trained it on (`lib.protocols.training_format_logits`), to tell "does not know" from "was never
+  asked this way".
 
     >>> [(TOKENIZER.vocab[i], positive) for i, positive in list(ADJECTIVE_IDS.items())[7:9]]
     [('savory', True), ('bland', False)]
@@ -131,13 +131,13 @@ def objective_accuracy(model, make_batch, window: int, batches: int = 20, batch_
     return {name: right[name] / total[name] for name in total}
 
 
-def t5_training_format(model, reviews: list) -> dict:
-    """The rating and the one-step adjective fill asked in T5's training format (a diagnostic; see
-    `lib.protocols.training_format_logits`)."""
+def training_format(model, objective: dict, reviews: list) -> dict:
+    """The rating and the one-step adjective fill asked in the format of the model's own objective (a recipe
+    config; see `lib.protocols.training_format_logits`)."""
     ids = [line_ids(r) for r in reviews]
     slots = [review_slots(s)["food_adjective"] for s in ids]
-    fills = training_format_logits(model, ids, slots).argmax(-1).tolist()
+    fills = training_format_logits(model, objective, ids, slots).argmax(-1).tolist()
     wanted = [ADJECTIVE_IDS[s[i]] for s, i in zip(ids, slots)]
-    return {"rating": training_format_accuracy(model, reviews),
+    return {"rating": training_format_accuracy(model, objective, reviews),
             "fill: food adjective": sum(f in ADJECTIVE_IDS for f in fills) / len(fills),
             "fill: right polarity": sum(ADJECTIVE_IDS.get(f) == w for f, w in zip(fills, wanted)) / len(fills)}

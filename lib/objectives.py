@@ -15,7 +15,7 @@ Two batch structures, one per kind of model (masks from `lib.masks`):
 
     StackBatch           one stack (MaskedTransformer): GPT, prefix LM, BERT
         logits = model(b.inputs, b.attention_mask)
-    EncoderDecoderBatch  T5 span corruption, BART infilling, UL2 (EncoderDecoder)
+    EncoderDecoderBatch  T5 i.i.d. denoising and span corruption, BART infilling, UL2 (EncoderDecoder)
         logits = model(b.source, b.decoder_input, b.source_mask, b.target_mask, b.cross_mask)
 
 `batch_logits(model, b)` is that forward pass, `batch_loss(model, b)` its
@@ -342,6 +342,55 @@ def span_corruption_batch(windows, generator, noise_density: float = 0.15,
     for row in windows.tolist():
         lengths = random_span_lengths(len(row), noise_density, mean_span, generator)
         examples.append(corrupt_spans(row, place_spans(len(row), lengths, generator)))
+    return _encoder_decoder_batch(*zip(*examples))
+
+
+def iid_noise_spans(n: int, noise_density: float, generator, hidden=()) -> list:
+    """T5's i.i.d. corruption: each of n tokens is noise with probability noise_density, independently,
+    and each run of adjacent noise tokens becomes one span [(start, end)].  Positions in `hidden` are
+    noise for sure (a protocol hides its slot this way: the other tokens keep their training odds)."""
+    noise = (torch.rand(n, generator=generator) < noise_density).tolist()
+    for i in hidden:
+        noise[i] = True
+    spans, start = [], None
+    for i, is_noise in enumerate(noise + [False]):
+        if is_noise and start is None:
+            start = i
+        elif not is_noise and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+def expected_iid_window(positions: int, noise_density: float) -> int:
+    """The longest window whose i.i.d. corruption needs at most `positions` positions on average.
+
+    An n-token window gets p + (n - 1)·p·(1 - p) spans on average (a span starts at a noise token whose
+    left neighbour is kept); source + target = n + 2·spans + 1.  (The count varies, so unlike
+    `longest_span_window` this bounds the mean, not the worst case.)
+
+    >>> expected_iid_window(32, 0.15)
+    24
+    """
+    _check_share("noise_density", noise_density)
+    fits = [n for n in range(2, positions) if n + 2 * (noise_density + (n - 1) * noise_density * (1 - noise_density))
+            + 1 <= positions]
+    if not fits:
+        raise ValueError(f"no window fits in {positions} positions")
+    return max(fits)
+
+
+def iid_denoising_batch(windows, generator, noise_density: float = 0.15) -> EncoderDecoderBatch:
+    """T5's baseline objective (i.i.d. noise, spans replaced by sentinels): `iid_noise_spans`, then
+    `corrupt_spans`.  The number of spans varies from window to window, and a span can lie anywhere."""
+    _check_windows(windows, 2, ordinary_only=True)
+    _check_share("noise_density", noise_density)
+    if noise_density >= 1.0:
+        raise ValueError(f"noise_density={noise_density} must be below 1: some tokens must stay")
+    if (windows.shape[1] + 1) // 2 + 1 > NUM_SENTINELS:
+        raise ValueError(f"{windows.shape[1]}-token windows can need {(windows.shape[1] + 1) // 2} spans plus a "
+                         f"closing sentinel, but there are only {NUM_SENTINELS} sentinels: use shorter windows")
+    examples = [corrupt_spans(row, iid_noise_spans(len(row), noise_density, generator)) for row in windows.tolist()]
     return _encoder_decoder_batch(*zip(*examples))
 
 

@@ -13,6 +13,11 @@ can have taught it.
 
     features = representations(model, "causal", "last", clause_sequences())   # (128, d)
     probe_accuracy(features, k=32)       # mean test accuracy over 100 draws of labels
+    spread(probe_scores(features, k=32)) # (mean, low, high): the middle 90 % of the draws
+
+Controls: the same probe on an untrained model (what the architecture alone
+gives), and on the trained model with `shuffled_polarity` labels (what a probe
+reads when the labels mean nothing).
 
 The probe is a ridge-regularised least-squares linear classifier (`fit_probe`):
 closed form, so it is exact, deterministic and fast enough to repeat 100 times.
@@ -89,17 +94,34 @@ def fit_probe(x, y, l2: float = 1.0):
     return lambda x_new: ((x_new.double() - mean) / std) @ w + bias > 0
 
 
-def probe_scores(features, k: int, repeats: int = 100, seed: int = 0) -> list:
+def shuffled_polarity(seed: int) -> dict:
+    """A control labelling: the 16 food adjectives split 8 / 8 into "positive" and "negative" at random,
+    whatever their real polarity.  A probe that scores well on it reads something other than polarity.
+
+    >>> sorted(shuffled_polarity(0).values()).count(True), shuffled_polarity(0) == shuffled_polarity(0)
+    (8, True)
+    """
+    adjectives = list(world.FOOD_ADJECTIVES)
+    order = torch.randperm(len(adjectives), generator=torch.Generator().manual_seed(seed)).tolist()
+    return {adjectives[i]: rank < len(adjectives) // 2 for rank, i in enumerate(order)}
+
+
+def probe_scores(features, k: int, repeats: int = 100, seed: int = 0, polarity: dict = None) -> list:
     """Test accuracy of a linear probe in each of `repeats` draws.  Each draw labels 4 positive and
     4 negative food adjectives (chosen at random), gives the probe k examples drawn at random
-    from their openings, and tests it on every opening of the 8 other adjectives."""
+    from their openings, and tests it on every opening of the 8 other adjectives.  `polarity` replaces
+    the world's labels (e.g. `shuffled_polarity`, a control)."""
     if tuple(features.shape[:1]) != (len(PAIRS),):
         raise ValueError(f"features must have one row per opening ({len(PAIRS)}), got {tuple(features.shape)}")
     if k < 2:
         raise ValueError(f"a probe needs at least 2 labelled examples, got k={k}")
+    polarity = world.FOOD_ADJECTIVES if polarity is None else polarity
+    if sorted(polarity) != sorted(world.FOOD_ADJECTIVES) or sum(map(bool, polarity.values())) * 2 != len(polarity):
+        raise ValueError("polarity must label every food adjective, half of them positive")
+    labels = torch.tensor([float(polarity[a]) for _, a in PAIRS], dtype=torch.float64)
     adjectives = [a for _, a in PAIRS]
-    positive = [a for a, p in world.FOOD_ADJECTIVES.items() if p]
-    negative = [a for a, p in world.FOOD_ADJECTIVES.items() if not p]
+    positive = [a for a, p in polarity.items() if p]
+    negative = [a for a, p in polarity.items() if not p]
     g = torch.Generator().manual_seed(seed)
     scores = []
     for _ in range(repeats):
@@ -108,12 +130,23 @@ def probe_scores(features, k: int, repeats: int = 100, seed: int = 0) -> list:
         pool = torch.tensor([i for i, a in enumerate(adjectives) if a in labelled])
         test = torch.tensor([i for i, a in enumerate(adjectives) if a not in labelled])
         chosen = pool[torch.randint(len(pool), (k,), generator=g)]
-        predict = fit_probe(features[chosen], LABELS[chosen])
-        scores.append(float((predict(features[test]).double() == LABELS[test]).double().mean()))
+        predict = fit_probe(features[chosen], labels[chosen])
+        scores.append(float((predict(features[test]).double() == labels[test]).double().mean()))
     return scores
 
 
-def probe_accuracy(features, k: int, repeats: int = 100, seed: int = 0) -> float:
+def probe_accuracy(features, k: int, repeats: int = 100, seed: int = 0, polarity: dict = None) -> float:
     """Mean test accuracy of a linear probe over `repeats` draws (`probe_scores`)."""
-    scores = probe_scores(features, k, repeats, seed)
+    scores = probe_scores(features, k, repeats, seed, polarity)
     return sum(scores) / len(scores)
+
+
+def spread(scores: list, share: float = 0.9) -> tuple:
+    """(mean, low, high): the mean and the range that holds the middle `share` of the scores.
+
+    >>> spread([1.0, 0.25, 0.5, 0.75, 0.5], share=0.6)
+    (0.6, 0.5, 0.75)
+    """
+    ordered, cut = sorted(scores), (1 - share) / 2
+    low, high = ordered[round(cut * (len(ordered) - 1))], ordered[round((1 - cut) * (len(ordered) - 1))]
+    return sum(ordered) / len(ordered), low, high

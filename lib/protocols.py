@@ -1,4 +1,4 @@
-"""Evaluation protocols that ask GPT, prefix LM, BERT and T5 the same question the same way.
+"""Evaluation protocols that ask GPT, prefix LM, BERT and T5 the same question: the shared way and each one's own way.
 
 Four kinds of model read text differently:
 
@@ -7,17 +7,26 @@ Four kinds of model read text differently:
     bidirectional    BERT (MaskedTransformer, everything sees everything)
     encoder-decoder  T5 (EncoderDecoder)
 
-The one protocol for a slot (a token to predict, such as a review's rating):
-the logits the model gives for that slot, read through its own interface.
-GPT and prefix LM read the text left of the slot and predict the next token;
-BERT reads the text with <mask> at the slot; T5 reads it with the sentinel <0>
-at the slot and its decoder predicts the token after `<bos> <0>`.  The rating is
-then the argmax over good / ok / bad (`rating_accuracy`); `always_ok_accuracy`
-is the baseline, and `free_spans` is T5's stricter protocol (write the span
-freely, it must be exactly the rating word).  `training_format_accuracy` is a
-diagnostic, not a protocol for comparing: the same question asked of T5 in the
-format it was trained on.  Every text is a line between two
-newlines, as in the training stream:
+Two protocols ask for a slot (a token to predict, such as a review's rating);
+each reads the logits the model gives for that slot, never showing it the token.
+
+The shared protocol asks every model the same single-slot question through its
+own interface: GPT and prefix LM read the text left of the slot and predict the
+next token (the prefix LM with all of it as its prefix); BERT reads the text
+with <mask> at the slot; T5 reads it with the one sentinel <0> at the slot and
+its decoder predicts the token after `<bos> <0>` (`slot_logits`).
+
+The training-format protocol asks each model in the form its own objective
+trained it on: the line is corrupted by the objective's own random draw, given
+that the slot is hidden (`training_format_example`).  For GPT the two are the
+same question; for the others the shared question may be an input the model
+rarely saw in training, and the gap between the two protocols measures that.
+
+The rating is the argmax over good / ok / bad (`rating_accuracy`,
+`training_format_accuracy`); `always_ok_accuracy` is the baseline, and
+`free_spans` is T5's stricter protocol (write the span freely, it must be
+exactly the rating word).  Every text is a line between two newlines, as in
+the training stream:
 
     >>> [TOKENIZER.vocab[i] for i in line_ids("review: the soup was tasty and the host was kind. rating: good.")][:7]
     ['\\n', 'review', ':', 'the', 'soup', 'was', 'tasty']
@@ -27,7 +36,7 @@ import random
 
 import torch
 
-from lib import world
+from lib import objectives, world
 from lib.masks import bidirectional_mask, causal_mask, check_kind, for_kind, hide_padding
 from lib.objectives import pad
 from lib.tokenizers import BOS, MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
@@ -114,7 +123,7 @@ def true_rating(review: str) -> str:
 
 
 def rating_accuracy(model, kind: str, reviews: list) -> float:
-    """Share of reviews whose rating slot gets the right word (the one protocol for all kinds)."""
+    """Share of reviews whose rating slot gets the right word (the shared protocol, the same question for all kinds)."""
     predicted = rating_predictions(model, kind, reviews)
     return sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews)
 
@@ -161,36 +170,79 @@ def free_generation_accuracy(model, reviews: list) -> float:
     return sum(s == true_rating(r) for s, r in zip(free_spans(model, reviews), reviews)) / len(reviews)
 
 
+def training_format_example(ids: list, slot: int, objective: dict, generator):
+    """The question "what is the token at `slot`?" as one training example of `objective` (a recipe
+    config: its "objective" and parameters), made from the line `ids`: drawn from the objective's own
+    corruption of the line, given that the slot's token is hidden and scored.
+
+    Returns (model input, prefix length) for one stack, whose last position predicts the slot, or
+    (source, decoder input) for an encoder-decoder, whose decoder's last position predicts it.
+
+        causal LM          the text left of the slot (the shared question itself)
+        prefix LM          the text left of the slot, prefix length k uniform in 1..slot (the slot is a
+                           target iff k <= slot)
+        masked LM          <mask> at the slot; every other token selected with the training rate and
+                           masked / replaced / kept 80 / 10 / 10, as in `mlm_batch`
+        i.i.d. denoising   the slot is noise; every other token is noise with the training odds
+        span corruption    spans drawn as in training until one covers the slot
+    For the encoder-decoder the decoder is given the target up to the slot (the earlier spans, and the
+    slot's span up to the slot), as in training (teacher forcing)."""
+    name = objective["objective"]
+    if name == "causal LM":
+        return ids[:slot], 1
+    if name == "prefix LM":
+        return ids[:slot], int(torch.randint(1, slot + 1, (1,), generator=generator))
+    if name == "masked LM":
+        inputs = objectives.mlm_batch(torch.tensor([ids]), generator, rate=objective["mlm_rate"]).inputs[0].tolist()
+        return inputs[:slot] + [MASK] + inputs[slot + 1:], None
+    if name == "i.i.d. denoising":
+        spans = objectives.iid_noise_spans(len(ids), objective["noise_density"], generator, hidden=(slot,))
+    elif name == "span corruption":
+        for _ in range(10_000):
+            lengths = objectives.random_span_lengths(len(ids), objective["noise_density"], objective["mean_span"],
+                                                     generator)
+            spans = objectives.place_spans(len(ids), lengths, generator)
+            if any(start <= slot < end for start, end in spans):
+                break
+        else:
+            raise RuntimeError(f"no span covered slot {slot} in 10,000 draws")
+    else:
+        raise ValueError(f"unknown objective {name!r}")
+    source, target, _ = objectives.corrupt_spans(ids, spans)
+    k = next(i for i, (start, end) in enumerate(spans) if start <= slot < end)
+    at = target.index(SENTINELS[k]) + 1 + slot - spans[k][0]          # the slot's token in the target
+    return source, [BOS] + target[:at]
+
+
 @torch.no_grad()
-def training_format_logits(model, sequences: list, slots: list, decoys: tuple = (1, 3)):
-    """(N, V): T5 asked in the format it trained on.  The slot becomes the last of len(decoys) + 1
-    one-token spans (the tokens at `decoys` are hidden too, under the earlier sentinels), the decoder
-    is given those earlier spans and predicts the slot's token after its own sentinel.
+def training_format_logits(model, objective: dict, sequences: list, slots: list, seed: int = EVAL_SEED):
+    """(N, V): each slot asked as a training example of `objective` (`training_format_example`), one draw
+    per question from a generator seeded with `seed`."""
+    check_kind(objective["kind"])
+    g = torch.Generator().manual_seed(seed)
+    examples = [training_format_example(seq, s, objective, g) for seq, s in zip(sequences, slots)]
+    rows = torch.arange(len(examples))
+    if objective["kind"] == "encoder-decoder":
+        sources, decoder_inputs = zip(*examples)
+        source, source_pad = pad(list(sources))
+        target, target_pad = pad(list(decoder_inputs))
+        S, T = source.shape[1], target.shape[1]
+        logits = model(source, target, hide_padding(bidirectional_mask(S), source_pad),
+                       hide_padding(causal_mask(T), target_pad), hide_padding(torch.ones(T, S, dtype=torch.bool),
+                                                                              source_pad))
+        return logits[rows, torch.tensor([len(t) - 1 for t in decoder_inputs])]
+    inputs, prefixes = zip(*examples)
+    ids, is_pad = pad(list(inputs))
+    if objective["kind"] == "bidirectional":
+        return model(ids, hide_padding(for_kind("bidirectional", ids.shape[1]), is_pad))[rows, torch.tensor(slots)]
+    masks = for_kind("prefix", ids.shape[1], list(prefixes))
+    return model(ids, hide_padding(masks, is_pad))[rows, torch.tensor([len(i) - 1 for i in inputs])]
 
-    A diagnostic, not the one protocol: section 04's span corruption (23-token windows, 15%, one-token
-    spans) always hides 3 or 4 spans and <0> is always the leftmost, so a lone <0> near the end of the
-    input (the one protocol's question) almost never occurs in training.  Pick decoys that carry no
-    information (`review`, `the`)."""
-    sources, targets = [], []
-    for seq, slot in zip(sequences, slots):
-        positions = list(decoys) + [slot]
-        if positions[0] < 1 or any(b - a < 2 for a, b in zip(positions, positions[1:])):
-            raise ValueError(f"decoys {decoys} must lie after position 0, before slot {slot}, "
-                             "with a kept token between any two hidden ones")
-        source, target = list(seq), [BOS]
-        for k, position in enumerate(decoys):
-            source[position] = SENTINELS[k]
-            target += [SENTINELS[k], seq[position]]
-        source[slot] = SENTINELS[len(decoys)]
-        sources.append(source)
-        targets.append(target + [SENTINELS[len(decoys)]])
-    return decoder_logits(model, sources, targets)[:, -1]
 
-
-def training_format_accuracy(model, reviews: list) -> float:
-    """T5's rating accuracy when asked in its training format (`training_format_logits`), argmax over
-    good / ok / bad: a diagnostic next to the one protocol, never a replacement for it."""
+def training_format_accuracy(model, objective: dict, reviews: list) -> float:
+    """Rating accuracy with every review asked as a training example of the model's own objective
+    (`training_format_logits`), argmax over good / ok / bad."""
     ids = [line_ids(r) for r in reviews]
-    logits = training_format_logits(model, ids, [review_slots(s)["rating"] for s in ids])[:, RATING_IDS]
+    logits = training_format_logits(model, objective, ids, [review_slots(s)["rating"] for s in ids])[:, RATING_IDS]
     predicted = [world.RATINGS[i] for i in logits.argmax(-1).tolist()]
     return sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews)

@@ -25,7 +25,7 @@ def timed_training(job):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=ex.STEPS)
-    parser.add_argument("--alone", nargs="*", default=["gpt", "t5"], choices=list(ex.RECIPES))
+    parser.add_argument("--alone", nargs="*", default=["gpt", "t5_span"], choices=list(ex.RECIPES))
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
     spawn = multiprocessing.get_context("spawn")

@@ -55,11 +55,7 @@ def step_flops(kind: str) -> float:
         batch, loss_fn = objectives.random_windows(text, model.config.context + 1, config["batch_size"],
                                                    generator), objectives.next_token_loss
     else:
-        config = experiments.recipe_config(kind)
-        model = experiments.build_model(config)
-        windows = objectives.random_windows(objectives.review_stream("train"), config["window"],
-                                            config["batch_size"], generator)
-        batch, loss_fn = experiments.batch_function(config)(windows, generator), objectives.batch_loss
+        return experiments.step_flops(experiments.recipe_config(kind))
     with FlopCounterMode(display=False) as counter:
         loss_fn(model, batch).backward()
     return counter.get_total_flops()

@@ -24,7 +24,8 @@ def test_each_objective_lowers_its_loss_in_a_few_steps(recipe):
     assert [row["step"] for row in log] == [10, 20, 30]
     assert log[-1]["train_loss"] < 0.8 * log[0]["train_loss"]
     assert 0.0 <= log[-1]["rating_accuracy"] <= 1.0
-    assert ("free_generation_accuracy" in log[-1]) == ("training_format_accuracy" in log[-1]) == (recipe == "t5")
+    assert 0.0 <= log[-1]["training_format_accuracy"] <= 1.0
+    assert ("free_generation_accuracy" in log[-1]) == (ex.RECIPES[recipe].kind == "encoder-decoder")
 
 
 class Oracle(torch.nn.Module):
@@ -99,15 +100,35 @@ def test_the_slot_protocol_never_shows_the_answer(kind):
     assert not any(p == s[i] for p, s, i in zip(predicted.tolist(), ids, slots))
 
 
-def test_t5_training_format_scores_an_oracle_perfectly_and_checks_its_decoys():
-    scores = capabilities.t5_training_format(Oracle("encoder-decoder"), REVIEWS)
-    assert scores == {"rating": 1.0, "fill: food adjective": 1.0, "fill: right polarity": 1.0}
-    ids = [protocols.line_ids(r) for r in REVIEWS[:3]]
+@pytest.mark.parametrize("recipe", list(ex.RECIPES))
+def test_the_training_format_protocol_hides_the_slot_and_nothing_else_at_zero_noise(recipe):
+    config, kind = ex.recipe_config(recipe), ex.RECIPES[recipe].kind
+    ids = [protocols.line_ids(r) for r in REVIEWS]
     rating = [protocols.review_slots(s)["rating"] for s in ids]
-    predicted = protocols.training_format_logits(Copycat(), ids, rating).argmax(-1)
+    predicted = protocols.training_format_logits(Copycat(), config, ids, rating).argmax(-1)
     assert not any(p == s[i] for p, s, i in zip(predicted.tolist(), ids, rating))  # the answer is never shown
-    with pytest.raises(ValueError, match="decoys"):
-        protocols.training_format_logits(Oracle("encoder-decoder"), ids, rating, decoys=(1, 2))
+    # With (almost) no noise besides the slot, an oracle that sees the context answers everything.
+    quiet = dict(config, mlm_rate=1e-9, noise_density=1e-9, mean_span=1.0)
+    scores = capabilities.training_format(Oracle(kind), quiet, REVIEWS)
+    adjective_seen = 0.0 if kind in ("causal", "prefix") else 1.0
+    assert scores == {"rating": 1.0, "fill: food adjective": adjective_seen, "fill: right polarity": adjective_seen}
+
+
+def test_training_format_draws_follow_the_training_odds_given_the_hidden_slot():
+    ids, g = protocols.line_ids(REVIEWS[0]), torch.Generator().manual_seed(0)
+    slot = protocols.review_slots(ids)["rating"]
+    span = ex.recipe_config("t5_span")
+    sources = [protocols.training_format_example(ids, slot, span, g)[0] for _ in range(200)]
+    assert all(TOKENIZER["good"] not in s and TOKENIZER["bad"] not in s and TOKENIZER["ok"] not in s for s in sources)
+    iid = ex.recipe_config("t5_iid")
+    hidden_elsewhere = [len(ids) - len(source) for source in
+                        (protocols.training_format_example(ids, slot, iid, g)[0] for _ in range(400))]
+    # each of the other tokens is noise with p = 0.15; a source loses (noise - spans) tokens, so this is a
+    # lower bound that is still far above zero and below the density
+    assert 0.3 < sum(hidden_elsewhere) / 400 < 0.15 * len(ids)
+    prefix = ex.recipe_config("prefix_lm")
+    lengths = [protocols.training_format_example(ids, slot, prefix, g)[1] for _ in range(300)]
+    assert min(lengths) == 1 and max(lengths) == slot
 
 
 @pytest.mark.parametrize("recipe", list(ex.RECIPES))
@@ -115,7 +136,8 @@ def test_objective_accuracy_reports_shares(recipe):
     config = tiny_config(recipe)
     scores = capabilities.objective_accuracy(ex.build_model(config), ex.batch_function(config), config["window"],
                                              batches=2)
-    assert set(scores) == ({"accuracy", "sentinels", "content"} if recipe == "t5" else {"accuracy"})
+    encoder_decoder = ex.RECIPES[recipe].kind == "encoder-decoder"
+    assert set(scores) == ({"accuracy", "sentinels", "content"} if encoder_decoder else {"accuracy"})
     assert all(0.0 <= v <= 1.0 for v in scores.values())
 
 
@@ -140,7 +162,7 @@ def test_line_likelihood_is_exact_for_causal_models():
 
 @pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_generated_lines_are_reproducible_text(kind):
-    config = tiny_config("t5" if kind == "encoder-decoder" else "gpt")
+    config = tiny_config("t5_span" if kind == "encoder-decoder" else "gpt")
     model = ex.build_model(dict(config, kind=kind))
     lines = capabilities.generate_lines(model, kind, 3, seed=1)
     assert lines == capabilities.generate_lines(model, kind, 3, seed=1) and all(isinstance(x, str) for x in lines)
@@ -156,11 +178,17 @@ def test_probe_reads_polarity_only_when_the_features_hold_it():
     assert probes.probe_accuracy(identity.double(), k=128) == 0.5
     with pytest.raises(ValueError, match="one row per opening"):
         probes.probe_accuracy(noise[:5], k=32)
+    # The shuffled-label control: features that hold the real polarity say little about a random one.
+    shuffled = [probes.probe_accuracy(torch.cat([polarity, noise], 1), k=32, polarity=probes.shuffled_polarity(s))
+                for s in range(10)]
+    assert 0.35 < sum(shuffled) / len(shuffled) < 0.65 and max(shuffled) < 1.0
+    with pytest.raises(ValueError, match="half of them positive"):
+        probes.probe_scores(noise.repeat(1, 1), k=32, polarity={a: True for a in world.FOOD_ADJECTIVES})
 
 
 @pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_every_readout_gives_one_vector_per_opening(kind):
-    model = ex.build_model(dict(tiny_config("t5" if kind == "encoder-decoder" else "gpt"), kind=kind))
+    model = ex.build_model(dict(tiny_config("t5_span" if kind == "encoder-decoder" else "gpt"), kind=kind))
     sequences = probes.clause_sequences()[:5]
     for readout in probes.READOUTS[kind]:
         assert probes.representations(model, kind, readout, sequences).shape == (5, SMALL["d_model"])

@@ -127,6 +127,23 @@ def test_span_corruption_fits_the_position_budget_it_promises():
         assert per_example.max() <= 32 == ob.span_corruption_lengths(n, 0.15, mean_span)["positions"]
 
 
+def test_iid_denoising_hides_each_token_independently_and_merges_runs():
+    n, count, p = 24, 2000, 0.15
+    w = windows(n, count)
+    b = ob.iid_denoising_batch(w, torch.Generator().manual_seed(7), p)
+    noise = int((b.loss_mask & ~b.is_sentinel).sum())
+    assert abs(noise / (n * count) - p) < 5 * math.sqrt(p * (1 - p) / (n * count))
+    spans = int(b.is_sentinel.sum()) - count          # minus each example's closing sentinel
+    expected = count * (p + (n - 1) * p * (1 - p))    # a span starts at a noise token after a kept one
+    assert abs(spans - expected) < 5 * math.sqrt(expected)
+    for i in range(200):
+        source, target = unpad(b.source[i]), unpad(b.targets[i])
+        assert reconstruct(source, target) == w[i].tolist()
+        assert not any(a in ob.SENTINELS and c in ob.SENTINELS for a, c in zip(source, source[1:]))  # runs merged
+    per_example = ((b.source != ob.PAD).sum(1) + b.loss_mask.sum(1)).float().mean().item()
+    assert per_example <= 32 and ob.expected_iid_window(32, p) == n
+
+
 def test_mask_counts_match_exercise_4():
     # Encoder-decoder, 5 input tokens and 3 output positions; prefix LM over input + <bos> + 2 outputs.
     S, T = 5, 3
@@ -228,6 +245,7 @@ BATCH_FUNCTIONS = [
     ("prefix", lambda g: ob.prefix_lm_batch(windows(33, 8), g)),
     ("mlm", lambda g: ob.mlm_batch(windows(32, 8), g)),
     ("span", lambda g: ob.span_corruption_batch(windows(32, 8), g)),
+    ("iid", lambda g: ob.iid_denoising_batch(windows(24, 8), g)),
     ("bart", lambda g: ob.bart_infilling_batch(windows(32, 8), g)),
     ("electra", lambda g: ob.electra_batch(ob.mlm_batch(windows(32, 8), g), torch.zeros(8, 32, ob.VOCAB_SIZE), g)),
     ("ul2", lambda g: ob.ul2_batch(windows(32, 8), g)),
