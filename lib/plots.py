@@ -1,4 +1,4 @@
-"""The book's figures: learning curves and attention heatmaps, plus number formatting.
+"""The book's figures: learning curves, attention heatmaps and bar charts, plus number formatting.
 
 Every printed number goes through `fmt` (fixed decimals), so outputs are
 stable and the prose can quote them exactly.  Figure text is English: the
@@ -9,6 +9,7 @@ figure says in Chinese what it shows.
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 import pandas as pd
 
 BITS_PER_NAT = 1 / math.log(2)
@@ -40,20 +41,54 @@ def table(rows: list, digits: int = 3, index: str = None) -> pd.DataFrame:
     return frame.set_index(index) if index else frame
 
 
+def _plain_log_axis(ax, ticks):
+    """A log y axis labelled with plain numbers at `ticks` (not 4×10^0), no minor labels."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def learning_curve(log: list, keys=("train_loss", "val_loss"), scale: float = BITS_PER_NAT,
-                   ylabel: str = "bits per character", title: str = "learning curve", reference: dict = None):
-    """Plot log entries (dicts with 'step') against step; reference = {label: y} draws dashed lines."""
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    steps = [row["step"] for row in log]
-    for key in keys:
-        ax.plot(steps, [row[key] * scale for row in log], label=key.replace("_", " "))
-    for label, y in (reference or {}).items():
-        ax.axhline(y, linestyle="--", linewidth=1, color="gray")
-        ax.annotate(label, (steps[-1], y), textcoords="offset points", xytext=(0, 3), ha="right", fontsize=8)
-    ax.set_xlabel("training step")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend()
+                   ylabel: str = "bits per character", title: str = "learning curve", reference: dict = None,
+                   ticks: list = None, zoom_from: int = None, zoom_ticks: list = None):
+    """Plot log entries (dicts with 'step') against step; reference = {label: y} draws gray lines (in the legend).
+
+    With `ticks` the y axis is logarithmic, labelled at those values, so that the end of the curve, where
+    losses differ by a few hundredths, is not squashed against the axis. With `zoom_from` a second panel
+    shows the steps from there on, on a y range just wide enough for them (labelled at `zoom_ticks`)."""
+    panels = 2 if zoom_from is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6 + 3.6 * (panels - 1), 3.6), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.4, 1][:panels]})
+    axes = axes[0]
+    styles = [(0, (1, 1.5)), "--", "-."]          # reference lines: dotted, dashed, dash-dotted
+    for ax, start, shown in zip(axes, [None, zoom_from], [ticks, zoom_ticks]):
+        rows = [row for row in log if start is None or row["step"] >= start]
+        steps = [row["step"] for row in rows]
+        values = []
+        for key in keys:
+            curve = [row[key] * scale for row in rows]
+            ax.plot(steps, curve, label=key.replace("_", " "))
+            values += curve
+        low, high = min(values), max(values)
+        for style, (label, y) in zip(styles, (reference or {}).items()):
+            if start is None or low - (high - low) <= y <= high + (high - low):   # the zoom shows only nearby lines
+                ax.axhline(y, linestyle=style, linewidth=1.2, color="0.35", label=label)
+                low, high = min(low, y), max(high, y)
+        if start is None and ticks:
+            ax.set_ylim(low / 1.1, high * 1.1)
+        elif start is not None:
+            ax.set_ylim(low - 0.06 * (high - low), high + 0.06 * (high - low))
+        if shown:
+            _plain_log_axis(ax, shown)
+        ax.set_xlabel("training step")
+        ax.grid(axis="y", color="0.9", linewidth=0.8)
+        ax.set_axisbelow(True)
+    axes[0].set_ylabel(ylabel + (" (log scale)" if ticks else ""))
+    axes[0].set_title(title, fontsize=11)
+    axes[0].legend(loc="center right", fontsize=8)
+    if panels == 2:
+        axes[1].set_title(f"zoom: step {zoom_from:,} to {log[-1]['step']:,}", fontsize=11)
     fig.tight_layout()
     return fig
 
@@ -63,29 +98,77 @@ def show_token(token: str) -> str:
     return token.replace(" ", "␣").replace("\n", "⏎")
 
 
-def attention_heatmap(weights, labels: list, title: str = "", ax=None, annotate: bool = False):
-    """A (T, T) attention matrix: rows = querying position, columns = attended position."""
+def attention_heatmap(weights, labels: list, title: str = "", ax=None, annotate: bool = False,
+                      fontsize: float = 8, colorbar: bool = True, positions: bool = False):
+    """A (T, T) attention matrix: rows = querying position, columns = attended position.
+
+    Every position is labelled with its character (fontsize ≥ 7 stays legible on the page); `positions`
+    adds the position numbers along the top, every 5th, to match the printed 'char@position' lists.
+    Without `ax` it makes its own figure, with a colour bar for the weights (0 to 1) unless `colorbar=False`;
+    `attention_grid` draws several heads with one shared colour bar."""
     weights = weights.detach().numpy() if hasattr(weights, "detach") else weights
     if weights.shape != (len(labels), len(labels)):
         raise ValueError(f"weights of shape {weights.shape} do not match {len(labels)} labels")
     fig = None
     if ax is None:
-        size = 1.5 + 0.28 * len(labels)
-        fig, ax = plt.subplots(figsize=(size, size))
-    ax.imshow(weights, cmap="Blues", vmin=0, vmax=1)
+        side = 1.2 + 0.15 * len(labels) * fontsize / 8
+        fig, ax = plt.subplots(figsize=(side + (1.0 if colorbar else 0), side), layout="constrained")
+    image = ax.imshow(weights, cmap="Blues", vmin=0, vmax=1)
     ticks = range(len(labels))
     shown = [show_token(t) for t in labels]
-    ax.set_xticks(ticks, shown, fontsize=7)
-    ax.set_yticks(ticks, shown, fontsize=7)
+    ax.set_xticks(ticks, shown, fontsize=fontsize)
+    ax.set_yticks(ticks, shown, fontsize=fontsize)
+    ax.tick_params(length=2, pad=1.5)
     ax.set_xlabel("attended position (key)")
     ax.set_ylabel("position (query)")
+    if positions:
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(range(0, len(labels), 5))
+        top.tick_params(labelsize=fontsize - 1, length=2, pad=1, colors="0.4")
     if annotate:
         for i in ticks:
             for j in ticks:
                 if weights[i, j] >= 0.005:
                     ax.text(j, i, f"{weights[i, j]:.2f}"[1:], ha="center", va="center", fontsize=5,
                             color="white" if weights[i, j] > 0.5 else "black")
-    ax.set_title(title, fontsize=9)
-    if fig is not None:
-        fig.tight_layout()
+    ax.set_title(title, fontsize=fontsize + 2)
+    if fig is not None and colorbar:
+        fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
     return fig or ax.figure
+
+
+def attention_grid(attention, labels: list, title: str = "", fontsize: float = 8):
+    """Every head of every layer: attention[layer] is (1, heads, T, T); one row per layer, one shared colour bar.
+    Characters label the outer axes only (the same text runs along every panel)."""
+    layers, heads = len(attention), attention[0].shape[1]
+    panel = 0.4 + 0.11 * len(labels) * fontsize / 8          # inches per panel: a label every ~8 points
+    fig, axes = plt.subplots(layers, heads, figsize=(heads * panel + 1.3, layers * panel + 1.2),
+                             sharex=True, sharey=True, squeeze=False, layout="constrained")
+    for layer in range(layers):
+        for head in range(heads):
+            attention_heatmap(attention[layer][0, head], labels, title=f"layer {layer}, head {head}",
+                              ax=axes[layer, head], fontsize=fontsize)
+            axes[layer, head].label_outer()
+    fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.6, aspect=25, pad=0.01, label="attention weight")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def bars(ax, categories: list, series: dict, digits: int = 2, horizontal: bool = False, reference: dict = None):
+    """Grouped bars on `ax`: series = {label: [value per category]}, each bar labelled with its value
+    (`fmt(value, digits)`, as the table next to it prints it); reference = {label: value} draws gray lines.
+    Horizontal bars suit long category names (read top to bottom in the table's order)."""
+    width = 0.8 / len(series)
+    for k, (label, values) in enumerate(series.items()):
+        where = [i + (k - (len(series) - 1) / 2) * width for i in range(len(categories))]
+        drawn = (ax.barh if horizontal else ax.bar)(where, values, width, label=label)
+        ax.bar_label(drawn, labels=[fmt(v, digits) for v in values], padding=2, fontsize=8,
+                     bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"})
+    for style, (label, value) in zip([(0, (1, 1.5)), "--", "-."], (reference or {}).items()):
+        (ax.axvline if horizontal else ax.axhline)(value, linestyle=style, linewidth=1.2, color="0.35", label=label)
+    (ax.set_yticks if horizontal else ax.set_xticks)(range(len(categories)), categories)
+    if horizontal and not ax.yaxis_inverted():    # an axis shared with a previous call is inverted already
+        ax.invert_yaxis()
+    ax.margins(**{"x" if horizontal else "y": 0.15})   # room for the value labels
+    return ax

@@ -33,10 +33,10 @@ def _parts(result) -> tuple:
     return result if isinstance(result, tuple) else (result,)
 
 
-def _part_html(part) -> str:
+def _part_html(part, dpi: int = 80) -> str:
     if isinstance(part, plt.Figure):
         buffer = io.BytesIO()
-        part.savefig(buffer, format="png", dpi=80, bbox_inches="tight", metadata={"Software": None})
+        part.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
         plt.close(part)
         return f'<img src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
     if isinstance(part, pd.DataFrame):
@@ -66,14 +66,14 @@ _ON_INPUT = ("var r=this.closest('.book-slider'),i=0;"
 class StaticSlider:
     """Every state rendered in advance; displays as HTML sliders (book) and as text (nbval)."""
 
-    def __init__(self, render, controls: dict, initial: dict):
+    def __init__(self, render, controls: dict, initial: dict, dpi: int = 80):
         self.controls = controls
         self.initial = initial
         names = list(controls)
         self.states = []  # (values, parts) for every combination, in mixed-radix order
         for combo in itertools.product(*controls.values()):
             values = dict(zip(names, combo))
-            self.states.append((values, [(_part_text(p), _part_html(p)) for p in _parts(render(**values))]))
+            self.states.append((values, [(_part_text(p), _part_html(p, dpi)) for p in _parts(render(**values))]))
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         text = []
@@ -150,8 +150,9 @@ def live_slider(render, controls: dict, initial: dict):
     return widgets.VBox([*sliders.values(), output])
 
 
-def slider(render, controls: dict, initial: dict = None):
-    """Sliders over `controls` ({name: [values]}) showing render(**values); see the module docstring."""
+def slider(render, controls: dict, initial: dict = None, dpi: int = 80):
+    """Sliders over `controls` ({name: [values]}) showing render(**values); see the module docstring.
+    `dpi`: resolution of the pre-computed pictures (every state is stored in the page: keep them small)."""
     if not controls or any(len(options) == 0 for options in controls.values()):
         raise ValueError("slider() needs at least one control with at least one value")
     initial = {name: options[0] for name, options in controls.items()} | (initial or {})
@@ -159,5 +160,5 @@ def slider(render, controls: dict, initial: dict = None):
         if name not in controls or value not in controls[name]:
             raise ValueError(f"initial value {name}={value!r} is not among the control's values")
     if os.environ.get(STATIC_ENV) == "1":
-        return StaticSlider(render, controls, initial)
+        return StaticSlider(render, controls, initial, dpi)
     return live_slider(render, controls, initial)

@@ -25,6 +25,23 @@ def test_static_slider_precomputes_every_combination(monkeypatch):
     assert "n=2 doubled=False -&gt; 2" in shown
 
 
+def test_static_pictures_are_drawn_at_the_dpi_asked_for(monkeypatch):
+    import base64
+    import io
+    import re
+
+    from PIL import Image
+
+    monkeypatch.setenv(widgets.STATIC_ENV, "1")
+
+    def width(dpi):
+        view = widgets.slider(lambda n: plt.subplots(figsize=(2, 2))[0], {"n": [1]}, dpi=dpi)
+        png = re.search(r"base64,([A-Za-z0-9+/=]+)", view._repr_mimebundle_()["text/html"]).group(1)
+        return Image.open(io.BytesIO(base64.b64decode(png))).width
+
+    assert width(120) > 1.4 * width(80)
+
+
 def test_live_slider_rerenders_on_every_move(monkeypatch):
     monkeypatch.delenv(widgets.STATIC_ENV, raising=False)
     calls = []
