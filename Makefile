@@ -1,7 +1,7 @@
 # make book     build the HTML book from the committed notebook outputs
 # make test     unit tests, strict nbval on every notebook, the book build with warnings as errors,
 #               then checks of the built site (Chinese search terms, no duplicate or third-party scripts)
-# make lab      JupyterLab with the repository importable from every notebook
+# make lab      JupyterLab on working copies of the notebooks (_build/lab/), so the committed ones stay as they are
 # make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
 # make checkpoints  train every missing or stale checkpoint, one process per core
 # make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: about 20 min on 2 cores)
@@ -46,7 +46,7 @@ test: $(STAMP)
 	@echo "All checks passed; the book is at $(CURDIR)/_build/html/index.html"
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) book
+	$(PY) scripts/lab.py
 
 checkpoints: $(STAMP)
 	$(PY) -m lib.schedule

@@ -1,12 +1,13 @@
-"""Browser check of the built book: no request leaves _build/html, no console error, static sliders work.
+"""Browser check of the built book: no request leaves _build/html, no console error, every formula rendered,
+every image loaded, static sliders work.
 
     make book && .venv/bin/python scripts/check_static_site.py [page.html ...]
 
-Needs Debian's chromium (`apt-get install chromium`); not part of `make test`
-because CI machines have no browser.  For each page it records every network
-request and console error (via the DevTools protocol), then moves every slider of the page to
-each combination of positions and checks that exactly one pre-computed view
-is visible and that it is the one the positions select.
+Needs Debian's chromium (`apt-get install chromium`, and `fonts-noto-cjk` for the Chinese text); `.ci/run`
+installs both when missing and runs this after `make test`.  For each page it records every network
+request and console error (via the DevTools protocol), counts formulas MathJax left unrendered and images
+that did not load, then moves every slider of the page to each combination of positions and checks that
+exactly one pre-computed view is visible and that it is the one the positions select.
 """
 
 import json
@@ -41,6 +42,15 @@ MOVE_ALL_SLIDERS = """(() => {
   });
   return JSON.stringify(report);
 })()"""
+
+
+RENDERING = """(() => JSON.stringify({
+  images: document.images.length,
+  broken: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(-60)),
+  formulas: document.querySelectorAll('.math').length,
+  unrendered: [...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container'))
+                 .map(e => e.textContent.slice(0, 40)),
+}))()"""
 
 
 def main(pages):
@@ -97,14 +107,17 @@ def check_page(ws, path: Path) -> int:
     time.sleep(3)  # let deferred scripts (MathJax) run
     call("Runtime.evaluate", expression="1")  # drain events
     outside = [u for u in requests if not (u.startswith(SITE.as_uri()) or u.startswith("data:"))]
+    shown = json.loads(call("Runtime.evaluate", expression=RENDERING)["result"]["value"])
     report = json.loads(call("Runtime.evaluate", expression=MOVE_ALL_SLIDERS)["result"]["value"])
     wrong = [r for r in report if r["visible"] != r["expected"]]
     print(f"{path.name}: {len(requests)} requests, {len(outside)} outside the site {outside[:3]}; "
+          f"{shown['formulas']} formulas, {len(shown['unrendered'])} unrendered {shown['unrendered'][:3]}; "
+          f"{shown['images']} images, {len(shown['broken'])} not loaded {shown['broken'][:3]}; "
           f"{len(report)} slider positions checked, {len(wrong)} wrong {wrong[:3]}; "
           f"{len(errors)} console errors {errors[:3]}")
     for method in ("Network.disable", "Runtime.disable", "Log.disable"):
         call(method)
-    return len(outside) + len(wrong) + len(errors)
+    return len(outside) + len(shown["unrendered"]) + len(shown["broken"]) + len(wrong) + len(errors)
 
 
 if __name__ == "__main__":
