@@ -27,16 +27,23 @@ from lib.tokenizers import MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
 ADJECTIVE_IDS = {TOKENIZER[a]: positive for a, positive in world.FOOD_ADJECTIVES.items()}
 
 
-def adjective_fill(model, kind: str, reviews: list) -> dict:
-    """Fill the food adjective in one step (argmax over the whole vocabulary): the share of fills that are
-    food adjectives, that also have the polarity the rest of the review demands, and the most common fills."""
+def _adjective_fills(reviews: list, ask) -> dict:
+    """The food adjective of each review filled in one step, ask(ids, slots) -> logits (N, V): the share of
+    fills that are food adjectives, that also have the polarity the rest of the review demands, and the fills."""
     ids = [line_ids(r) for r in reviews]
     slots = [review_slots(s)["food_adjective"] for s in ids]
-    fills = slot_logits(model, kind, ids, slots).argmax(-1).tolist()
+    fills = ask(ids, slots).argmax(-1).tolist()
     wanted = [ADJECTIVE_IDS[s[i]] for s, i in zip(ids, slots)]
     return {"food_adjective": sum(f in ADJECTIVE_IDS for f in fills) / len(fills),
             "right_polarity": sum(ADJECTIVE_IDS.get(f) == w for f, w in zip(fills, wanted)) / len(fills),
             "fills": Counter(TOKENIZER.vocab[f] for f in fills)}
+
+
+def adjective_fill(model, kind: str, reviews: list) -> dict:
+    """Fill the food adjective in one step (argmax over the whole vocabulary) by the shared slot protocol:
+    the share of fills that are food adjectives, that also have the polarity the rest of the review
+    demands, and the most common fills."""
+    return _adjective_fills(reviews, lambda ids, slots: slot_logits(model, kind, ids, slots))
 
 
 @torch.no_grad()
@@ -134,10 +141,6 @@ def objective_accuracy(model, make_batch, window: int, batches: int = 20, batch_
 def training_format(model, objective: dict, reviews: list) -> dict:
     """The rating and the one-step adjective fill asked in the format of the model's own objective (a recipe
     config; see `lib.protocols.training_format_logits`)."""
-    ids = [line_ids(r) for r in reviews]
-    slots = [review_slots(s)["food_adjective"] for s in ids]
-    fills = training_format_logits(model, objective, ids, slots).argmax(-1).tolist()
-    wanted = [ADJECTIVE_IDS[s[i]] for s, i in zip(ids, slots)]
+    fill = _adjective_fills(reviews, lambda ids, slots: training_format_logits(model, objective, ids, slots))
     return {"rating": training_format_accuracy(model, objective, reviews),
-            "fill: food adjective": sum(f in ADJECTIVE_IDS for f in fills) / len(fills),
-            "fill: right polarity": sum(ADJECTIVE_IDS.get(f) == w for f, w in zip(fills, wanted)) / len(fills)}
+            "fill: food adjective": fill["food_adjective"], "fill: right polarity": fill["right_polarity"]}

@@ -13,6 +13,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 import pandas as pd
 
 BITS_PER_NAT = 1 / math.log(2)
+REFERENCE_STYLES = [(0, (1, 1.5)), "--", "-."]     # reference lines: dotted, dashed, dash-dotted
 
 
 def fmt(x, digits: int = 3) -> str:
@@ -61,7 +62,6 @@ def learning_curve(log: list, keys=("train_loss", "val_loss"), scale: float = BI
     fig, axes = plt.subplots(1, panels, figsize=(6 + 3.6 * (panels - 1), 3.6), squeeze=False,
                              gridspec_kw={"width_ratios": [1.4, 1][:panels]})
     axes = axes[0]
-    styles = [(0, (1, 1.5)), "--", "-."]          # reference lines: dotted, dashed, dash-dotted
     for ax, start, shown in zip(axes, [None, zoom_from], [ticks, zoom_ticks]):
         rows = [row for row in log if start is None or row["step"] >= start]
         steps = [row["step"] for row in rows]
@@ -71,7 +71,7 @@ def learning_curve(log: list, keys=("train_loss", "val_loss"), scale: float = BI
             ax.plot(steps, curve, label=key.replace("_", " "))
             values += curve
         low, high = min(values), max(values)
-        for style, (label, y) in zip(styles, (reference or {}).items()):
+        for style, (label, y) in zip(REFERENCE_STYLES, (reference or {}).items()):
             if start is None or low - (high - low) <= y <= high + (high - low):   # the zoom shows only nearby lines
                 ax.axhline(y, linestyle=style, linewidth=1.2, color="0.35", label=label)
                 low, high = min(low, y), max(high, y)
@@ -165,7 +165,7 @@ def bars(ax, categories: list, series: dict, digits: int = 2, horizontal: bool =
         drawn = (ax.barh if horizontal else ax.bar)(where, values, width, label=label)
         ax.bar_label(drawn, labels=[fmt(v, digits) for v in values], padding=2, fontsize=8,
                      bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"})
-    for style, (label, value) in zip([(0, (1, 1.5)), "--", "-."], (reference or {}).items()):
+    for style, (label, value) in zip(REFERENCE_STYLES, (reference or {}).items()):
         (ax.axvline if horizontal else ax.axhline)(value, linestyle=style, linewidth=1.2, color="0.35", label=label)
     (ax.set_yticks if horizontal else ax.set_xticks)(range(len(categories)), categories)
     if horizontal and not ax.yaxis_inverted():    # an axis shared with a previous call is inverted already

@@ -34,13 +34,20 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def read_manifest(lab: Path) -> dict:
+    path = lab / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_manifest(lab: Path, copied: dict) -> None:
+    (lab / MANIFEST).write_text(json.dumps(copied, indent=1, sort_keys=True) + "\n")
+
+
 def prepare(book: Path, lab: Path) -> list:
     """Make, refresh or keep each copy (see the module docstring); returns one line per thing a reader
     should know."""
     lab.mkdir(parents=True, exist_ok=True)
-    manifest_path = lab / MANIFEST
-    copied = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    messages = []
+    copied, messages = read_manifest(lab), []
     for source in sorted(book.glob("*.ipynb")):
         copy, book_sha = lab / source.name, digest(source)
         if not copy.exists():
@@ -54,7 +61,7 @@ def prepare(book: Path, lab: Path) -> list:
         elif book_sha != copied.get(source.name):               # the reader's copy, and the book moved on
             messages.append(f"{source.name}: the book's version changed; yours is kept. To take the book's: "
                             f"python scripts/lab.py --reset {source.name}")
-    manifest_path.write_text(json.dumps(copied, indent=1, sort_keys=True) + "\n")
+    write_manifest(lab, copied)
     return messages
 
 
@@ -69,11 +76,8 @@ def reset(name: str, book: Path, lab: Path) -> Path:
         backup = lab / "backups" / f"{source.stem}-{time.strftime('%Y%m%d-%H%M%S')}.ipynb"
         backup.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(copy, backup)
-    manifest_path = lab / MANIFEST
-    copied = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     shutil.copyfile(source, copy)
-    copied[name] = digest(source)
-    manifest_path.write_text(json.dumps(copied, indent=1, sort_keys=True) + "\n")
+    write_manifest(lab, read_manifest(lab) | {name: digest(source)})
     return backup
 
 
