@@ -28,17 +28,20 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --quiet
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
+# Two lanes, one per core, of about equal length: the unit tests then nbval on this machine's kernels;
+# beside them nbval on the other kernels (the slower one).  Each log is printed whole when it failed.
 test: $(STAMP)
-	$(PY) -m pytest tests lib
 	@mkdir -p _build
-	@echo "nbval: every notebook, on this machine's kernels and on other kernels, side by side"
-	@$(NBVAL) > _build/nbval.log 2>&1 & pid=$$!; \
+	@echo "unit tests, then nbval on this machine's kernels; beside them nbval on other kernels"
+	@( $(PY) -m pytest tests lib > _build/unit.log 2>&1; echo $$? > _build/unit.rc; \
+	   $(NBVAL) > _build/nbval.log 2>&1 ) & pid=$$!; \
 	$(OTHER_KERNELS) $(NBVAL) > _build/nbval-other-kernels.log 2>&1; other=$$?; \
-	wait $$pid; native=$$?; \
-	for log in nbval nbval-other-kernels; do echo "== _build/$$log.log"; tail -n 1 _build/$$log.log; done; \
+	wait $$pid; native=$$?; unit=$$(cat _build/unit.rc); \
+	for log in unit nbval nbval-other-kernels; do echo "== _build/$$log.log"; tail -n 1 _build/$$log.log; done; \
+	if [ $$unit != 0 ]; then cat _build/unit.log; fi; \
 	if [ $$native != 0 ]; then cat _build/nbval.log; fi; \
 	if [ $$other != 0 ]; then cat _build/nbval-other-kernels.log; fi; \
-	test $$native = 0 -a $$other = 0
+	test $$unit = 0 -a $$native = 0 -a $$other = 0
 	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going --quiet
 	$(PY) scripts/check_search_index.py

@@ -92,9 +92,17 @@ def lib_dependencies(path: Path) -> set:
     return found
 
 
+_DIGESTS = {}  # (path, every .py file of its folder with its mtime and size) -> digest: a notebook loads many checkpoints
+
+
 def code_digest(path: Path) -> str:
-    """The training code a run depends on: hash of the syntax trees of `lib_dependencies(path)`."""
-    return _source_digest(lib_dependencies(path))
+    """The training code a run depends on: hash of the syntax trees of `lib_dependencies(path)`
+    (computed again whenever a file of its folder changes)."""
+    path = Path(path).resolve()
+    stamp = (path, tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(path.parent.glob("*.py"))))
+    if stamp not in _DIGESTS:
+        _DIGESTS[stamp] = _source_digest(lib_dependencies(path))
+    return _DIGESTS[stamp]
 
 
 def checkpoint_key(config: dict, train_fn) -> str:
@@ -119,6 +127,20 @@ def _locked(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _class_name(model) -> str:
+    """How a checkpoint names its model's class: `MaskedTransformer` for lib.models, else `lib.electra.Electra`."""
+    module = type(model).__module__
+    return type(model).__name__ if module == models.__name__ else f"{module}.{type(model).__name__}"
+
+
+def _model_class(name: str):
+    """The class `_class_name` wrote; only lib's modules are ever imported."""
+    module, _, cls = name.rpartition(".")
+    if module and not module.startswith("lib."):
+        raise ValueError(f"model class {name!r} is not defined in lib")
+    return getattr(importlib.import_module(module) if module else models, cls)
+
+
 def _load(path: Path, key: str):
     """(model, log) from a checkpoint, or (None, reason) when it cannot be used."""
     if not path.exists():
@@ -127,9 +149,10 @@ def _load(path: Path, key: str):
         saved = torch.load(path, weights_only=True)
         if saved["key"] != key:  # checked before a model is built: building one draws from the global RNG
             return None, f"stale (key {saved['key']} != {key}: config, data or code changed)"
-        model_class = getattr(models, saved["model_class"])
+        model_class = _model_class(saved["model_class"])
+        config_class = getattr(model_class, "config_class", models.ModelConfig)
         with torch.random.fork_rng(devices=[]):  # loading must not move a notebook's later random draws
-            model = model_class(models.ModelConfig(**saved["model_config"]))
+            model = model_class(config_class(**saved["model_config"]))
         model.load_state_dict(saved["state_dict"])
     except Exception as error:  # a torn or foreign file: say so and retrain
         return None, f"unreadable ({type(error).__name__}: {str(error).splitlines()[0][:80]})"
@@ -239,7 +262,7 @@ def _train_and_save(job: dict) -> None:
         if _load(path, key)[0] is not None:
             return
         model, log = train_fn(config, desc=name)
-        saved = {"key": key, "name": name, "config": config, "model_class": type(model).__name__,
+        saved = {"key": key, "name": name, "config": config, "model_class": _class_name(model),
                  "model_config": model.config.to_dict(), "state_dict": model.state_dict(), "log": log}
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{name}.", suffix=".tmp", delete=False) as tmp:
             torch.save(saved, tmp)

@@ -9,8 +9,11 @@ figure says in Chinese what it shows.
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib.colors import LinearSegmentedColormap
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 import pandas as pd
+import torch
 
 BITS_PER_NAT = 1 / math.log(2)
 REFERENCE_STYLES = [(0, (1, 1.5)), "--", "-."]     # reference lines: dotted, dashed, dash-dotted
@@ -172,3 +175,43 @@ def bars(ax, categories: list, series: dict, digits: int = 2, horizontal: bool =
         ax.invert_yaxis()
     ax.margins(**{"x" if horizontal else "y": 0.15})   # room for the value labels
     return ax
+
+
+def seed_band(ax, steps: list, runs: list, label: str, **style):
+    """One learning curve over seeds: runs = a list (one per seed) of values at `steps`; the line is their
+    mean, the shaded band spans the lowest and highest seed."""
+    values = torch.tensor(runs, dtype=torch.float64)                          # (seeds, steps)
+    line, = ax.plot(steps, values.mean(0), label=f"{label} (mean of {len(runs)} seeds)", **style)
+    ax.fill_between(steps, values.min(0).values, values.max(0).values, color=line.get_color(), alpha=0.18,
+                    linewidth=0)
+    return line
+
+
+def token_columns(columns: dict, values: list, marked: list, value_label: str, title: str = ""):
+    """Tokens position by position, top to bottom, one column each (columns = {name: [token, ...]}); the last
+    column's cells are coloured by `values` (0 to 1, printed beside them) and outlined in red where `marked`."""
+    names, T = list(columns), len(values)
+    last = len(names) - 1
+    fig, ax = plt.subplots(figsize=(1.1 * len(names) + 1.9, 0.23 * T + 0.9))
+    image = ax.imshow([[v] for v in values], cmap=LinearSegmentedColormap.from_list("shown", ["white", "#b2182b"]),
+                      vmin=0, vmax=1, extent=(last - 0.45, last + 0.45, T - 0.5, -0.5), aspect="auto")
+    for c, name in enumerate(names):
+        for i, token in enumerate(columns[name]):
+            white = c == last and values[i] > 0.6
+            ax.text(c, i, show_token(token), ha="center", va="center", fontsize=9, color="white" if white else "black")
+    for i, value in enumerate(values):
+        ax.text(last + 0.55, i, fmt(value, 2), ha="left", va="center", fontsize=8, color="0.3")
+        if marked[i]:
+            ax.add_patch(Rectangle((last - 0.45, i - 0.45), 0.9, 0.9, fill=False, edgecolor="red", linewidth=1.6))
+    ax.set_xlim(-0.6, len(names) + 0.1)
+    ax.set_ylim(T - 0.5, -0.5)
+    ax.set_xticks(range(len(names)), names, fontsize=9)
+    ax.xaxis.tick_top()
+    ax.set_yticks(range(T), range(T), fontsize=7)
+    ax.set_ylabel("position", fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.colorbar(image, ax=ax, shrink=0.6, pad=0.02, label=value_label)
+    ax.set_title(title, fontsize=9, pad=16)
+    return fig

@@ -11,10 +11,10 @@ LAYERS = [  # bottom first; see the data flow in DESIGN.md
     {"tokenizers", "bpe", "unigram"},                                # + the vocabulary ids
     {"masks"},
     {"models"},
-    {"objectives"},                                                  # batches + the forward pass that reads them
+    {"objectives", "electra"},                                       # batches + the forward pass that reads them
     {"train", "checkpoints"},                                        # one fit loop, the checkpoint cache
     {"evals", "protocols", "probes", "capabilities", "ablations"},   # all measurement
-    {"base_model", "experiments"},                                   # sections' runs: fit + what they log
+    {"base_model", "experiments", "electra_runs"},                   # sections' runs: fit + what they log
     {"schedule", "plots", "widgets"},
 ]
 
@@ -74,8 +74,9 @@ def test_a_climb_is_caught(tmp_path):
 
 
 def test_fit_is_the_only_training_loop(tmp_path):
-    # experiments.step_flops backpropagates once to count a step's FLOPs; it updates nothing.
-    assert training_steps(LIB) == [("experiments", "step_flops"), ("train", "fit"), ("train", "optimizer_step")]
+    # the step_flops backpropagate to count a step's FLOPs; they update nothing.
+    assert training_steps(LIB) == [("electra_runs", "step_flops"), ("experiments", "step_flops"), ("train", "fit"),
+                                   ("train", "optimizer_step")]
     shutil.copytree(LIB, tmp_path / "lib")
     with open(tmp_path / "lib" / "experiments.py", "a") as f:
         f.write("\ndef my_loop(model, optimizer, loss):\n    loss.backward()\n    optimizer.step()\n")

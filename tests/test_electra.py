@@ -1,0 +1,142 @@
+"""ELECTRA (lib.electra, lib.electra_runs): labels, gradient isolation, ELECTRA-15 %'s loss, sizes, determinism."""
+
+import math
+
+import torch
+
+from lib import experiments, objectives, protocols, world
+from lib.electra import (FOOD_ADJECTIVE_IDS, Electra, ElectraConfig, electra_losses, electra_parameter_counts,
+                         hard_negatives)
+from lib.electra_runs import replacement_class, run_config, train_variant, training_parts
+from lib.objectives import electra_batch, mlm_batch
+from lib.tokenizers import TOKENIZER
+from lib.train import fit
+
+CONFIG = ElectraConfig(objectives.VOCAB_SIZE, experiments.POSITIONS)
+
+
+def reviews(n=8):
+    return torch.tensor([protocols.line_ids(r) for r in protocols.new_reviews(n)])
+
+
+def masked_batch(seed=0):
+    return mlm_batch(reviews(), torch.Generator().manual_seed(seed), 0.3, mask_share=1.0, random_share=0.0)
+
+
+def test_a_sample_equal_to_the_original_is_labelled_original():
+    masked = masked_batch()
+    other = TOKENIZER["soup"]
+    logits = torch.full((*masked.inputs.shape, objectives.VOCAB_SIZE), -1e9)
+    logits.scatter_(-1, masked.targets[..., None], 0.0)          # the generator is certain of the original...
+    rows, columns = masked.loss_mask.nonzero(as_tuple=True)
+    logits[rows[::2], columns[::2]] = -1e9                          # ...except at every other selected position
+    logits[rows[::2], columns[::2], other] = 0.0
+    batch = electra_batch(masked, logits, torch.Generator().manual_seed(0))
+    expected = torch.zeros_like(batch.replaced)
+    expected[rows[::2], columns[::2]] = masked.targets[rows[::2], columns[::2]] != other
+    assert expected.any() and torch.equal(batch.replaced, expected)
+    assert torch.equal(batch.inputs[~masked.loss_mask], masked.targets[~masked.loss_mask])
+
+
+def test_the_discriminator_loss_never_reaches_the_generator():
+    torch.manual_seed(0)
+    model = Electra(CONFIG)
+    generator_loss, discriminator_loss, _ = electra_losses(model, masked_batch(), torch.Generator().manual_seed(0))
+    discriminator_loss.backward()
+    assert all(p.grad is None for p in model.generator.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.head.parameters())
+    generator_loss.backward()
+    assert all(p.grad is not None for p in model.generator.parameters())
+
+
+def test_a_frozen_generator_gets_no_gradient():
+    torch.manual_seed(0)
+    model = Electra(CONFIG)
+    generator_loss, discriminator_loss, _ = electra_losses(model, masked_batch(), torch.Generator().manual_seed(0),
+                                                           train_generator=False)
+    (generator_loss + 50 * discriminator_loss).backward()
+    assert all(p.grad is None for p in model.generator.parameters())
+
+
+def test_electra_15_puts_the_discriminator_loss_on_the_selected_positions_only():
+    torch.manual_seed(0)
+    model, captured = Electra(CONFIG), []
+    original = model.replaced_logits
+
+    def keep(*args):
+        logits = original(*args)
+        logits.retain_grad()
+        captured.append(logits)
+        return logits
+
+    model.replaced_logits = keep
+    masked = masked_batch()
+    _, loss, batch = electra_losses(model, masked, torch.Generator().manual_seed(0), selected_only=True)
+    loss.backward()
+    gradient = captured[0].grad
+    assert (gradient[~batch.selected] == 0).all() and (gradient[batch.selected] != 0).all()
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(captured[0][batch.selected],
+                                                                    batch.replaced[batch.selected].float())
+    assert torch.equal(loss, expected)
+    _, everywhere, _ = electra_losses(model, masked, torch.Generator().manual_seed(0))
+    everywhere.backward()
+    assert (captured[1].grad[~batch.selected] != 0).all()
+
+
+def test_parameter_counts_by_formula_equal_pytorch():
+    model = Electra(CONFIG)
+    counts = electra_parameter_counts(CONFIG)
+    assert counts["generator"] == sum(p.numel() for p in model.generator.parameters())
+    assert counts["discriminator"] == sum(p.numel() for p in model.parameters()) - counts["generator"]
+    bert = experiments.build_model(experiments.recipe_config("bert"))
+    assert counts["discriminator"] == sum(p.numel() for p in bert.parameters()) + CONFIG.d_model + 1
+
+
+def test_hard_negatives_turn_every_selected_food_adjective_to_the_other_polarity():
+    masked = mlm_batch(reviews(64), torch.Generator().manual_seed(1), 0.5, mask_share=1.0, random_share=0.0)
+    logits = torch.zeros(*masked.inputs.shape, objectives.VOCAB_SIZE)
+    batch = hard_negatives(electra_batch(masked, logits, torch.Generator().manual_seed(0)),
+                           torch.Generator().manual_seed(0))
+    polarity = {TOKENIZER[a]: p for a, p in world.FOOD_ADJECTIVES.items()}
+    where = batch.selected & (batch.originals[..., None] == FOOD_ADJECTIVE_IDS).any(-1)
+    assert where.sum() >= 10
+    for r, c in where.nonzero().tolist():
+        new, old = int(batch.inputs[r, c]), int(batch.originals[r, c])
+        assert batch.replaced[r, c] and polarity[new] != polarity[old]
+        assert replacement_class(tuple(batch.originals[r].tolist()), c, new) == "changing"
+
+
+def test_hard_negatives_at_a_rate_reach_unselected_adjectives_too():
+    masked = mlm_batch(reviews(64), torch.Generator().manual_seed(1), 0.15, mask_share=1.0, random_share=0.0)
+    batch = electra_batch(masked, torch.zeros(*masked.inputs.shape, objectives.VOCAB_SIZE), torch.Generator().manual_seed(0))
+    is_adjective = (batch.originals[..., None] == FOOD_ADJECTIVE_IDS).any(-1)
+    every = hard_negatives(batch, torch.Generator().manual_seed(0), rate=1.0)
+    assert every.replaced[is_adjective].all() and (~batch.selected & is_adjective).any()
+    half = hard_negatives(batch, torch.Generator().manual_seed(0), rate=0.5)
+    swapped = (half.inputs != batch.inputs)[is_adjective & ~batch.selected].float().mean()
+    assert 0.3 < swapped < 0.7
+
+
+def test_every_variant_reads_the_batches_of_bert_and_the_bert_variant_is_section_04s_bert():
+    batches = {}
+    for variant in ("bert", "electra", "electra_hard"):
+        _, get_batch, _ = training_parts(run_config(variant))
+        batches[variant] = [get_batch()[1] for _ in range(3)]
+    for a, b in zip(batches["bert"], batches["electra"]):
+        assert torch.equal(a.targets, b.targets) and torch.equal(a.loss_mask, b.loss_mask)
+        assert (b.inputs[b.loss_mask] == objectives.MASK).all()          # ELECTRA's generator: every one <mask>
+    config = run_config("bert") | {"steps": 20}
+    ours, _ = train_variant(config)
+    theirs, _ = experiments.train_recipe(experiments.recipe_config("bert", steps=20))
+    assert all(torch.equal(ours.state_dict()[k], v) for k, v in theirs.state_dict().items())
+
+
+def test_training_is_deterministic():
+    states = []
+    for _ in range(2):
+        config = run_config("electra") | {"steps": 5}
+        model, get_batch, loss_fn = training_parts(config)
+        log = fit(model, get_batch, loss_fn, config)
+        states.append(model.state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert math.isfinite(log[-1]["train_loss"])
