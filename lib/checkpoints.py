@@ -226,7 +226,9 @@ def train_missing(runs: list, processes: int = 2, directory: Path = None) -> lis
 def _start_training_process(run: Run, directory, quiet: bool) -> dict:
     """Start `python -m lib.checkpoints JOB` with the pinned kernels; its stderr goes to a file."""
     name, config, train_fn = run.name, run.config, run.train_fn
-    module = inspect.getmodule(train_fn).__name__
+    module = inspect.getmodule(train_fn)
+    # `python -m lib.electra_runs` runs the module as __main__; the training process imports it by its real name
+    module = module.__spec__.name if module.__name__ == "__main__" and module.__spec__ else module.__name__
     if module == "__main__" or "<locals>" in train_fn.__qualname__:
         raise ValueError(f"train_fn {train_fn.__qualname__} must be a module-level function of an importable module")
     job = {"name": name, "config": config, "module": module, "function": train_fn.__qualname__,

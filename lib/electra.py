@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lib import world
-from lib.models import MaskedTransformer, ModelConfig, parameter_count
+from lib.models import Block, MaskedTransformer, ModelConfig, init_weights, parameter_count
 from lib.objectives import StackBatch, electra_batch, masked_cross_entropy
 from lib.tokenizers import TOKENIZER
 
@@ -44,6 +44,7 @@ class ElectraConfig:
     generator_d_model: int = 32
     generator_layers: int = 1
     generator_heads: int = 2      # head size 16, as in the discriminator
+    shared_embeddings: bool = False   # the paper's setup: the generator reads and writes the discriminator's tables
 
     def discriminator(self) -> ModelConfig:
         return ModelConfig(self.vocab_size, self.context, self.d_model, self.n_layers, self.n_heads)
@@ -57,13 +58,40 @@ class ElectraConfig:
 
 
 def electra_parameter_counts(config: ElectraConfig) -> dict:
-    """Parameters by formula: the discriminator (a BERT-sized stack plus its head, d + 1) and the generator.
+    """Parameters by formula: the discriminator (a BERT-sized stack plus its head, d + 1) and the generator
+    (with shared embeddings: its blocks, final LayerNorm and the two projections d -> d_g -> d).
 
     >>> electra_parameter_counts(ElectraConfig(vocab_size=354, context=32))
     {'discriminator': 124865, 'generator': 25120}
+    >>> electra_parameter_counts(ElectraConfig(vocab_size=354, context=32, shared_embeddings=True))["generator"]
+    16960
     """
-    return {"discriminator": parameter_count(config.discriminator()) + config.d_model + 1,
-            "generator": parameter_count(config.generator())}
+    generator = parameter_count(config.generator())
+    if config.shared_embeddings:
+        d, g = config.d_model, config.generator_d_model
+        generator -= (config.vocab_size + config.context) * g     # its own tables are gone...
+        generator += 2 * d * g + g + d                             # ...two projections take their place
+    return {"discriminator": parameter_count(config.discriminator()) + config.d_model + 1, "generator": generator}
+
+
+class ProjectedGenerator(nn.Module):
+    """The generator with the discriminator's embeddings (Clark et al. share them): it reads the token and
+    position tables through a d -> d_g projection and scores the vocabulary through d_g -> d and the same
+    token table.  The tables are handed in at each call, so they live (and are saved) once, in the discriminator."""
+
+    def __init__(self, config: ElectraConfig):
+        super().__init__()
+        self.down = nn.Linear(config.d_model, config.generator_d_model)
+        self.blocks = nn.ModuleList(Block(config.generator()) for _ in range(config.generator_layers))
+        self.ln_f = nn.LayerNorm(config.generator_d_model)
+        self.up = nn.Linear(config.generator_d_model, config.d_model)
+        init_weights(self, config.generator_layers)
+
+    def forward(self, idx, mask, wte, wpe):
+        x = self.down(wte(idx) + wpe(torch.arange(idx.shape[1])))            # (B, T, d_g)
+        for block in self.blocks:
+            x, _ = block(x, mask)
+        return self.up(self.ln_f(x)) @ wte.weight.T                             # (B, T, V)
 
 
 class Electra(nn.Module):
@@ -75,8 +103,15 @@ class Electra(nn.Module):
         self.config = config
         # Built first, so its initial weights are exactly those of a BERT built from the same seed.
         self.discriminator = MaskedTransformer(config.discriminator())
-        self.generator = MaskedTransformer(config.generator())
+        self.generator = (ProjectedGenerator(config) if config.shared_embeddings
+                          else MaskedTransformer(config.generator()))
         self.head = nn.Linear(config.d_model, 1)
+
+    def generator_logits(self, inputs, attention_mask):
+        """(B, T, V): the generator's prediction of the original word at every position."""
+        if self.config.shared_embeddings:
+            return self.generator(inputs, attention_mask, self.discriminator.wte, self.discriminator.wpe)
+        return self.generator(inputs, attention_mask)
 
     def replaced_logits(self, inputs, attention_mask):
         """(B, T): the discriminator's logit that the token at each position was replaced."""
@@ -112,7 +147,7 @@ def electra_losses(model: Electra, masked: StackBatch, sampling, train_generator
     position, or only the selected ones (`selected_only`: ELECTRA-15 %).  `train_generator=False`
     keeps the generator as it is (no loss, no gradient); `hard` applies `hard_negatives` (at `hard_rate`)."""
     with torch.set_grad_enabled(train_generator and torch.is_grad_enabled()):
-        generator_logits = model.generator(masked.inputs, masked.attention_mask)     # (B, T, V)
+        generator_logits = model.generator_logits(masked.inputs, masked.attention_mask)   # (B, T, V)
         generator_loss = (masked_cross_entropy(generator_logits, masked.targets, masked.loss_mask)
                           if train_generator else torch.zeros(()))
     batch = electra_batch(masked, generator_logits, sampling)                       # samples: no gradient

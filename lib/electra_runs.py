@@ -48,6 +48,7 @@ class Variant:
     frozen_at: int = None           # the generator stops training after this many steps
     hard: bool = False              # food adjectives become one of the other polarity: the selected ones...
     hard_rate: float = None         # ...or each with this probability, selected or not
+    shared: bool = False            # the generator shares the discriminator's embeddings (the paper's setup)
 
 
 VARIANTS = {
@@ -57,6 +58,7 @@ VARIANTS = {
     "electra_frozen": Variant(f"ELECTRA, generator frozen at step {FROZEN_AT}", frozen_at=FROZEN_AT),
     "electra_hard": Variant("ELECTRA + hard negatives (selected)", hard=True),
     "electra_contrast": Variant("ELECTRA + hard negatives (half the reviews)", hard=True, hard_rate=0.5),
+    "electra_shared": Variant("ELECTRA, shared embeddings", shared=True),
 }
 
 
@@ -72,7 +74,8 @@ def run_config(variant: str, seed: int = 0, steps: int = experiments.STEPS) -> d
               "probe_ks": list(PROBE_KS), "probe_readouts": list(PROBE_READOUTS)}
     v = VARIANTS[variant]
     if v.electra:  # the paper's masking: every selected position becomes <mask> for the generator
-        config |= {"electra": ElectraConfig(objectives.VOCAB_SIZE, experiments.POSITIONS).to_dict(),
+        config |= {"electra": ElectraConfig(objectives.VOCAB_SIZE, experiments.POSITIONS,
+                                            shared_embeddings=v.shared).to_dict(),
                    "lambda": LAMBDA, "mask_share": 1.0, "random_share": 0.0, "selected_only": v.selected_only,
                    "generator_steps": v.frozen_at or steps, "hard_negatives": v.hard, "hard_rate": v.hard_rate,
                    "eval_reviews": 200, "examples": 4}
@@ -184,7 +187,7 @@ def replaced_batch(model: Electra, ids, config: dict):
     them), read by the discriminator."""
     g = torch.Generator().manual_seed(protocols.EVAL_SEED)
     masked = mlm_batch(ids, g, config["mlm_rate"], config["mask_share"], config["random_share"])
-    generator_logits = model.generator(masked.inputs, masked.attention_mask)
+    generator_logits = model.generator_logits(masked.inputs, masked.attention_mask)
     batch = electra_batch(masked, generator_logits, g)
     if config["hard_negatives"]:
         batch = hard_negatives(batch, g, config["hard_rate"])

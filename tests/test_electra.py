@@ -2,12 +2,14 @@
 
 import math
 
+import pytest
 import torch
 
 from lib import experiments, objectives, protocols, world
 from lib.electra import (FOOD_ADJECTIVE_IDS, Electra, ElectraConfig, electra_losses, electra_parameter_counts,
                          hard_negatives)
-from lib.electra_runs import replacement_class, run_config, train_variant, training_parts
+from lib.electra_runs import (VARIANTS, replacement_class, replacement_diagnosis, run_config, scorer_predictions,
+                              train_variant, training_parts)
 from lib.objectives import electra_batch, mlm_batch
 from lib.tokenizers import TOKENIZER
 from lib.train import fit
@@ -39,6 +41,8 @@ def test_a_sample_equal_to_the_original_is_labelled_original():
 
 
 def test_the_discriminator_loss_never_reaches_the_generator():
+    # The generator's samples are integer ids, so no gradient can pass them; this guards against a
+    # change that would feed the discriminator something soft (Gumbel samples, logits) or share weights silently.
     torch.manual_seed(0)
     model = Electra(CONFIG)
     generator_loss, discriminator_loss, _ = electra_losses(model, masked_batch(), torch.Generator().manual_seed(0))
@@ -47,6 +51,18 @@ def test_the_discriminator_loss_never_reaches_the_generator():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.head.parameters())
     generator_loss.backward()
     assert all(p.grad is not None for p in model.generator.parameters())
+
+
+def test_with_shared_embeddings_only_the_tables_get_both_losses():
+    torch.manual_seed(0)
+    model = Electra(ElectraConfig(objectives.VOCAB_SIZE, experiments.POSITIONS, shared_embeddings=True))
+    generator_loss, discriminator_loss, _ = electra_losses(model, masked_batch(), torch.Generator().manual_seed(0))
+    discriminator_loss.backward()
+    assert all(p.grad is None for p in model.generator.parameters())
+    from_discriminator = model.discriminator.wte.weight.grad.clone()
+    generator_loss.backward()
+    assert all(p.grad is not None for p in model.generator.parameters())
+    assert not torch.equal(model.discriminator.wte.weight.grad, from_discriminator)   # the MLM shapes the table too
 
 
 def test_a_frozen_generator_gets_no_gradient():
@@ -84,10 +100,11 @@ def test_electra_15_puts_the_discriminator_loss_on_the_selected_positions_only()
 
 
 def test_parameter_counts_by_formula_equal_pytorch():
-    model = Electra(CONFIG)
-    counts = electra_parameter_counts(CONFIG)
-    assert counts["generator"] == sum(p.numel() for p in model.generator.parameters())
-    assert counts["discriminator"] == sum(p.numel() for p in model.parameters()) - counts["generator"]
+    for config in (CONFIG, ElectraConfig(objectives.VOCAB_SIZE, experiments.POSITIONS, shared_embeddings=True)):
+        model = Electra(config)
+        counts = electra_parameter_counts(config)
+        assert counts["generator"] == sum(p.numel() for p in model.generator.parameters())
+        assert counts["discriminator"] == sum(p.numel() for p in model.parameters()) - counts["generator"]
     bert = experiments.build_model(experiments.recipe_config("bert"))
     assert counts["discriminator"] == sum(p.numel() for p in bert.parameters()) + CONFIG.d_model + 1
 
@@ -118,13 +135,19 @@ def test_hard_negatives_at_a_rate_reach_unselected_adjectives_too():
 
 
 def test_every_variant_reads_the_batches_of_bert_and_the_bert_variant_is_section_04s_bert():
-    batches = {}
-    for variant in ("bert", "electra", "electra_hard"):
-        _, get_batch, _ = training_parts(run_config(variant))
+    batches, bert_init = {}, experiments.build_model(experiments.recipe_config("bert")).state_dict()  # seeded below
+    for variant in VARIANTS:
+        model, get_batch, _ = training_parts(run_config(variant))
         batches[variant] = [get_batch()[1] for _ in range(3)]
-    for a, b in zip(batches["bert"], batches["electra"]):
-        assert torch.equal(a.targets, b.targets) and torch.equal(a.loss_mask, b.loss_mask)
-        assert (b.inputs[b.loss_mask] == objectives.MASK).all()          # ELECTRA's generator: every one <mask>
+        discriminator = model if variant == "bert" else model.discriminator
+        if variant == "bert":
+            bert_init = {k: v.clone() for k, v in discriminator.state_dict().items()}
+        assert all(torch.equal(bert_init[k], v) for k, v in discriminator.state_dict().items())  # BERT's first weights
+    for variant in VARIANTS:
+        for a, b in zip(batches["bert"], batches[variant]):
+            assert torch.equal(a.targets, b.targets) and torch.equal(a.loss_mask, b.loss_mask)
+            if variant != "bert":
+                assert (b.inputs[b.loss_mask] == objectives.MASK).all()   # ELECTRA's generator: every one <mask>
     config = run_config("bert") | {"steps": 20}
     ours, _ = train_variant(config)
     theirs, _ = experiments.train_recipe(experiments.recipe_config("bert", steps=20))
@@ -140,3 +163,45 @@ def test_training_is_deterministic():
         states.append(model.state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
     assert math.isfinite(log[-1]["train_loss"])
+
+
+class Oracle(torch.nn.Module):
+    """A stand-in ELECTRA: its generator always writes `word`; its discriminator knows exactly what changed."""
+
+    def __init__(self, ids, word):
+        super().__init__()
+        self.ids, self.word = ids, word
+
+    def generator_logits(self, inputs, mask):
+        logits = torch.zeros(*inputs.shape, objectives.VOCAB_SIZE)
+        logits[..., self.word] = 100.0
+        return logits
+
+    def replaced_logits(self, inputs, mask):
+        return torch.where(inputs == self.ids, -10.0, 10.0)
+
+
+def test_the_diagnosis_counts_what_it_is_shown():
+    ids = reviews(100)
+    host = TOKENIZER["host"]
+    result = replacement_diagnosis(Oracle(ids, host), ids, run_config("electra"))
+    selected = mlm_batch(ids, torch.Generator().manual_seed(protocols.EVAL_SEED), 0.15, 1.0, 0.0).loss_mask
+    originals = ids[selected]
+    assert result["generator_accuracy"] == pytest.approx((originals == host).sum().item() / len(originals))
+    assert result["replaced_share"] == (originals != host).sum().item() / len(originals)
+    assert result["false_alarm"] == 0.0 and result["recall_obvious"] == 1.0 and result["recall_preserving"] == 1.0
+    # "host" in a service noun's slot keeps the meaning; anywhere else it is the wrong kind of word
+    nouns = torch.isin(originals, torch.tensor([TOKENIZER[w] for w in world.SERVICE_NOUNS if w != "host"]))
+    assert result["count_preserving"] == int(nouns.sum()) > 0
+    assert result["count_obvious"] == int((originals != host).sum() - nouns.sum())
+
+
+def test_the_scorer_picks_the_rating_its_discriminator_finds_untouched():
+    lines = protocols.new_reviews(30)
+    truth = torch.tensor([protocols.line_ids(r) for r in lines])
+
+    class Scorer(torch.nn.Module):
+        def replaced_logits(self, inputs, mask):
+            return torch.where(inputs == truth.repeat_interleave(3, dim=0), -5.0, 5.0)
+
+    assert scorer_predictions(Scorer(), lines) == [protocols.true_rating(r) for r in lines]

@@ -14,7 +14,7 @@ LAYERS = [  # bottom first; see the data flow in DESIGN.md
     {"objectives", "electra"},                                       # batches + the forward pass that reads them
     {"train", "checkpoints"},                                        # one fit loop, the checkpoint cache
     {"evals", "protocols", "probes", "capabilities", "ablations"},   # all measurement
-    {"base_model", "experiments", "electra_runs"},                   # sections' runs: fit + what they log
+    {"base_model", "experiments", "electra_runs", "recurrent"},      # sections' runs: fit + what they log
     {"schedule", "plots", "widgets"},
 ]
 
