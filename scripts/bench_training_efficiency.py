@@ -8,7 +8,8 @@ process does.  For each kind of training it counts the FLOPs of one step (forwar
 PyTorch's FlopCounterMode and times steps of the real train function: the difference between a run of
 S + 50 steps and one of 50 steps, so setup and the last evaluation cancel out (evaluations during
 training are switched off here; the notebooks' runs do evaluate, which the ideal below leaves out).
-Every ELECTRA variant of §05 is counted as plain ELECTRA (they differ by a few per cent).
+Every ELECTRA variant of §05 is counted as plain ELECTRA (they differ by a few per cent), and every
+character-level TinyGPT (§02's other seeds, LayerNorm and head variants) as the base model.
 The base model's FLOPs are also given by the usual estimate 6·N·D plus attention.  Run it on a quiet
 machine: timings move with whatever else runs.
 """
@@ -27,7 +28,7 @@ if any(os.environ.get(k) != v for k, v in QUIET.items()):
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from lib import base_model, electra_runs, experiments, objectives, schedule  # noqa: E402
+from lib import base_model, electra_runs, experiments, objectives, recurrent, schedule  # noqa: E402
 from lib.seeding import seed_everything  # noqa: E402
 
 torch.backends.mkldnn.enabled = False
@@ -57,6 +58,12 @@ def step_flops(kind: str) -> float:
                                                    generator), objectives.next_token_loss
     elif kind == "electra":
         return electra_runs.step_flops(electra_runs.run_config(kind))
+    elif kind == "gru":
+        config = recurrent.gru_config()
+        model = recurrent.GRULanguageModel(recurrent.GRUConfig(**config["model"]))
+        text = torch.randint(44, (10_000,), generator=generator)
+        batch, loss_fn = objectives.random_windows(text, config["model"]["context"] + 1, config["batch_size"],
+                                                   generator), objectives.next_token_loss
     else:
         return experiments.step_flops(experiments.recipe_config(kind))
     with FlopCounterMode(display=False) as counter:
@@ -80,6 +87,10 @@ def seconds_per_step(kind: str, steps: int) -> float:
             config = dict(base_model.BASE_MODEL, steps=n, eval_every=10 ** 9)
             start = time.perf_counter()
             base_model.train_char_lm(config, desc=kind)
+        elif kind == "gru":
+            config = dict(recurrent.gru_config(), steps=n, eval_every=10 ** 9)
+            start = time.perf_counter()
+            recurrent.train_gru(config, desc=kind)
         elif kind == "electra":
             config = dict(electra_runs.run_config(kind, steps=n), eval_every=10 ** 9)
             start = time.perf_counter()
@@ -93,9 +104,11 @@ def seconds_per_step(kind: str, steps: int) -> float:
 
 
 def kind_of(run) -> str:
-    """Which measured kind a checkpoint's run is: the base model, a §04 recipe, or ELECTRA (every variant
-    of §05 counted as plain ELECTRA; §05's BERT as §04's)."""
-    return "base" if run.name == "base" else "electra" if "electra" in run.config else run.config["recipe"]
+    """Which measured kind a checkpoint's run is: a character-level TinyGPT ("base"), §02's GRU, a §04 recipe,
+    or ELECTRA (every variant of §05 counted as plain ELECTRA; §05's BERT as §04's)."""
+    if run.config.get("architecture") == "GRU":
+        return "gru"
+    return "electra" if "electra" in run.config else run.config.get("recipe", "base")
 
 
 def main():
@@ -107,7 +120,7 @@ def main():
     print(f"single-thread float32 matmul peak: {peak:.1f} GFLOP/s (training kernels {TRAINING_KERNELS})")
     print(f"base model, 6ND + attention: {six_nd_plus_attention() / 1e9:.3f} GFLOP/step")
     flops, seconds = {}, {}
-    for kind in ["base"] + list(experiments.RECIPES) + ["electra"]:
+    for kind in ["base", "gru"] + list(experiments.RECIPES) + ["electra"]:
         flops[kind], seconds[kind] = step_flops(kind), seconds_per_step(kind, args.steps)
         achieved = flops[kind] / seconds[kind] / 1e9
         print(f"{kind:10} {flops[kind] / 1e9:6.3f} GFLOP/step (counted)  {seconds[kind] * 1000:6.1f} ms/step  "

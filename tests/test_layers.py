@@ -11,10 +11,10 @@ LAYERS = [  # bottom first; see the data flow in DESIGN.md
     {"tokenizers", "bpe", "unigram"},                                # + the vocabulary ids
     {"masks"},
     {"models"},
-    {"objectives", "electra"},                                       # batches + the forward pass that reads them
+    {"objectives", "electra", "ul2"},                                # batches + the forward pass that reads them
     {"train", "checkpoints"},                                        # one fit loop, the checkpoint cache
     {"evals", "protocols", "probes", "capabilities", "ablations"},   # all measurement
-    {"base_model", "experiments", "electra_runs", "recurrent"},      # sections' runs: fit + what they log
+    {"base_model", "experiments", "electra_runs", "recurrent", "tinygpt_variants"},      # sections' runs: fit + what they log
     {"schedule", "plots", "widgets"},
 ]
 

@@ -1,0 +1,226 @@
+"""UL2's data: on 128-token windows the seven denoisers do what lib/ul2.py's docstring says (clamps included),
+a language model is one span at the end of the window, and every batch is reproducible.
+
+Statistical checks draw from seeded generators, so they are deterministic.  Their tolerance is 5 standard
+errors of the estimate, computed from the per-window counts (a ratio's by the delta method): a correct
+implementation fails for fewer than 1 seed in a million, while a wrong rule (mean span 4 for 3, r = 0.2
+for 0.15) is many standard errors away.  Where the rule leaves no randomness (r = 0.5 of 128 tokens is
+64 noise tokens every time) the standard error is 0 and the check is exact.
+"""
+
+import math
+
+import pytest
+import torch
+
+from lib import objectives as ob
+from lib import ul2
+from lib.models import EncoderDecoder, ModelConfig
+from lib.tokenizers import FIRST_ORDINARY, NUM_SENTINELS
+
+STREAM = ul2.text_stream("train")
+N = ul2.WINDOW
+COUNT = 600                                   # windows per denoiser for the statistical checks
+S = next(d for d in ob.UL2_DENOISERS if d.mode == "S")
+SPAN_DENOISERS = [d for d in ob.UL2_DENOISERS if d.mode != "S"]
+
+
+def windows(count, length=N, seed=0):
+    return ob.random_windows(STREAM, length, count, torch.Generator().manual_seed(seed))
+
+
+def generator(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """{denoiser: span_statistics of denoiser_batch on COUNT windows, plus each example's first source token}."""
+    w, g, out = windows(COUNT), generator(1), {}
+    for d in ob.UL2_DENOISERS:
+        batch = ul2.denoiser_batch(w, d, g)
+        out[d] = {**ul2.span_statistics(batch), "first": batch.source[:, 0], "modes": batch.modes}
+    return out
+
+
+def expected_mean_span(d, n):
+    """What the module docstring promises: r*n noise tokens in r*n/mu spans, that count kept between 1 (a span
+    is never empty) and NUM_SENTINELS - 1 (a sentinel per span and one to close).  At n = 128 each clamp
+    binds for every draw of the noise count or for none, so this is the exact mean.  S: the target is
+    the last n - k tokens, k uniform in 1..n-1."""
+    if d.mode == "S":
+        return n / 2
+    spans = min(max(d.noise_density * n / d.mean_span, 1), NUM_SENTINELS - 1)
+    return d.noise_density * n / spans
+
+
+def within_five_standard_errors(numerators, denominators, expected):
+    a, b = numerators.double(), denominators.double()
+    ratio = a.sum() / b.sum()
+    standard_error = math.sqrt(((a - ratio * b) ** 2).sum()) / b.sum()
+    return bool(abs(ratio - expected) <= 5 * standard_error + 1e-9), float(ratio), standard_error
+
+
+@pytest.mark.parametrize("d", ob.UL2_DENOISERS, ids=ul2.label)
+def test_each_denoiser_reaches_its_mean_span_and_rate_or_the_documented_clamp(measured, d):
+    stats = measured[d]
+    ok, mean_span, se = within_five_standard_errors(stats["corrupted"], stats["spans"], expected_mean_span(d, N))
+    assert ok, (mean_span, se, expected_mean_span(d, N))
+    rate = 0.5 if d.mode == "S" else d.noise_density
+    ok, achieved, se = within_five_standard_errors(stats["corrupted"], torch.full((COUNT,), N), rate)
+    assert ok, (achieved, se, rate)
+
+
+def test_only_x_3_half_is_clamped_and_the_clamps_are_the_documented_ones(measured):
+    changed = [d for d in ob.UL2_DENOISERS if ul2.clamp_denoiser(d, N) != d]
+    assert changed == [ob.Denoiser("X", 3, 0.5)]
+    x3 = measured[changed[0]]
+    assert (x3["corrupted"] == N // 2).all() and (x3["spans"] == NUM_SENTINELS - 1).all()
+    x64 = measured[ob.Denoiser("X", 64, 0.15)]   # 19.2 noise tokens: one span, of 19 or 20
+    assert (x64["spans"] == 1).all() and set(x64["corrupted"].tolist()) == {19, 20}
+    assert (measured[ob.Denoiser("X", 64, 0.5)]["corrupted"] == 64).all()
+    assert (measured[ob.Denoiser("X", 64, 0.5)]["spans"] == 1).all()
+    # Below 91 tokens nothing needs clamping: 45 noise tokens make at most 15 spans of mean 3.
+    assert all(ul2.clamp_denoiser(d, 90) == d for d in ob.UL2_DENOISERS)
+
+
+def test_the_mode_token_comes_first_and_s_has_no_sentinel(measured):
+    for d, stats in measured.items():
+        assert set(stats["modes"]) == {d.mode}
+        assert (stats["first"] == ob.MODE_TOKENS[d.mode]).all()
+        assert (stats["sentinels"] == 0).all() if d.mode == "S" else (stats["sentinels"] == stats["spans"] + 1).all()
+    w = windows(140, seed=3)
+    b = ul2.mixture_batch(w, generator(3))
+    assert set(b.modes) == {"R", "S", "X"}
+    for i, mode in enumerate(b.modes):
+        assert b.source[i, 0] == ob.MODE_TOKENS[mode]
+        assert (mode == "S") == (not b.is_sentinel[i].any())
+        words = [t for t in b.source[i].tolist() + b.targets[i].tolist() if t >= FIRST_ORDINARY]
+        assert sorted(words) == sorted(w[i].tolist())   # every window token is either read or written, once
+
+
+def test_sources_and_targets_fit_the_models_learned_positions(measured):
+    assert ul2.WINDOW == ul2.longest_window(ul2.CONTEXT)
+    for d, stats in measured.items():
+        longest = ul2.longest_lengths(d, N)
+        assert stats["source"].max() <= longest["source"] <= ul2.CONTEXT
+        assert stats["target"].max() <= longest["target"] <= ul2.CONTEXT
+    assert ul2.longest_lengths(S, N + 1)["source"] == ul2.CONTEXT + 1   # S sets the bound
+    torch.manual_seed(0)
+    model = EncoderDecoder(ModelConfig(vocab_size=ob.VOCAB_SIZE, context=ul2.CONTEXT))
+    g, threads = generator(4), torch.get_num_threads()
+    torch.set_num_threads(1)   # tiny matrices: a second thread only waits for the busy core
+    try:
+        for d in ob.UL2_DENOISERS:
+            loss = ob.batch_loss(model, ul2.denoiser_batch(windows(4, seed=4), d, g))
+            assert abs(loss.item() - math.log(ob.VOCAB_SIZE)) < 1.0   # near chance at initialisation
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_ul2_batch_and_mixture_batch_agree_where_ul2_batch_runs():
+    w = windows(40, length=64)
+    assert same(ul2.mixture_batch(w, generator(5)), ob.ul2_batch(w, generator(5)))
+    for d in ob.UL2_DENOISERS:
+        assert same(ul2.denoiser_batch(w, d, generator(6)), ob.ul2_batch(w, generator(6), denoisers=[d]))
+    with pytest.raises(ValueError, match="sentinels"):   # X(3, 0.5) on 128 tokens needs the clamp
+        ob.ul2_batch(windows(2), generator(5))
+    for d in SPAN_DENOISERS[:2]:   # on 128 tokens, the denoisers that need no clamp still agree
+        assert same(ul2.denoiser_batch(windows(8), d, generator(7)), ob.ul2_batch(windows(8), generator(7), [d]))
+
+
+def without_sentinel_targets(problems):
+    return [[(seen, target) for seen, target in rows if target not in ob.SENTINELS] for rows in problems]
+
+
+def test_a_plain_lm_is_one_span_covering_the_whole_window():
+    w = windows(4, seed=8)
+    span = ul2.tail_span_batch(w, 0)
+    stats = ul2.span_statistics(span)
+    assert stats["spans"].tolist() == [1] * 4 and stats["corrupted"].tolist() == [N] * 4   # mu = T, r = 1
+    problems = ul2.prediction_problems(span)
+    # lm_batch has no <bos>, so the first token of its window is only read; with <bos> in front, the
+    # GPT asks exactly what the span asks, the first token from nothing included.
+    gpt = ul2.prediction_problems(ob.lm_batch(torch.cat([torch.full((4, 1), ob.BOS), w], dim=1)))
+    assert without_sentinel_targets(problems) == gpt and len(gpt[0]) == N
+    # What the span adds is two sentinels: the opening <0> that every span target starts with (it says
+    # nothing about the text) and the closing <1> after the whole window (a GPT's window has no end).
+    for rows, row in zip(problems, w.tolist()):
+        assert [p for p in rows if p[1] in ob.SENTINELS] == [((), ob.SENTINELS[0]), (tuple(row), ob.SENTINELS[1])]
+    # And lm_batch on the bare window is the prefix LM with P = 1 (its prefix_lengths are 1).
+    one = ul2.prediction_problems(ul2.tail_span_batch(w, 1))
+    assert without_sentinel_targets(one) == ul2.prediction_problems(ob.lm_batch(w))
+
+
+def test_a_prefix_lm_is_one_span_covering_what_follows_the_prefix():
+    w = windows(6, seed=9)
+    prefix = ob.prefix_lm_batch(w, generator(9))
+    span = ul2.tail_span_batch(w, prefix.prefix_lengths)
+    stats = ul2.span_statistics(span)
+    assert (stats["spans"] == 1).all() and torch.equal(stats["corrupted"], N - prefix.prefix_lengths)  # mu = T - P
+    assert without_sentinel_targets(ul2.prediction_problems(span)) == ul2.prediction_problems(prefix)
+    # UL2's S denoiser writes the same target without sentinels.
+    s = ul2.denoiser_batch(w, S, generator(10))
+    k = (s.source != ob.PAD).sum(1) - 1
+    assert ul2.prediction_problems(s) == without_sentinel_targets(ul2.prediction_problems(ul2.tail_span_batch(w, k)))
+    assert ul2.prediction_problems(s) != ul2.prediction_problems(prefix)   # different prefixes: not vacuous
+
+
+def test_denoiser_table_counts_what_the_batches_hold():
+    rows = ul2.denoiser_table(count=140, batch_size=50)
+    assert [row["denoiser"] for row in rows] == [ul2.label(d) for d in ob.UL2_DENOISERS]
+    for row, d in zip(rows, ob.UL2_DENOISERS):
+        corrupted = row["corruption rate"] * N
+        spans = corrupted / row["mean span"]
+        sentinels = 0 if d.mode == "S" else spans + 1
+        assert row["mode"] == f"[{d.mode}]"
+        assert row["sentinels / example"] == pytest.approx(sentinels)
+        assert row["target mean"] == pytest.approx(corrupted + sentinels)
+        assert row["loss positions / 1k tokens"] == pytest.approx(1000 * row["target mean"] / N)
+        assert row["source mean"] == pytest.approx(1 + N - corrupted + (0 if d.mode == "S" else spans))
+        longest = ul2.longest_lengths(d, N)
+        assert row["source max"] <= longest["source"] and row["target max"] <= longest["target"]
+    exact = {ul2.label(d): expected_mean_span(d, N) for d in SPAN_DENOISERS if d.noise_density == 0.5}
+    assert {row["denoiser"]: row["mean span"] for row in rows if row["denoiser"] in exact} == pytest.approx(exact)
+
+
+def fields(batch):
+    return [batch] if isinstance(batch, torch.Tensor) else list(vars(batch).values())
+
+
+def same(a, b):
+    return all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(fields(a), fields(b)))
+
+
+@pytest.mark.parametrize("make", [
+    lambda g: ul2.mixture_batch(windows(16), g),
+    lambda g: ul2.denoiser_batch(windows(16), ob.Denoiser("X", 64, 0.15), g),
+    lambda g: ul2.denoiser_batch(windows(16), S, g),
+], ids=["mixture", "x64", "s"])
+def test_same_generator_state_same_batch(make):
+    assert same(make(generator(11)), make(generator(11)))
+    assert not same(make(generator(11)), make(generator(12)))
+
+
+def test_denoiser_table_is_reproducible():
+    first = ul2.denoiser_table(count=10, seed=1)
+    assert ul2.denoiser_table(count=10, seed=1) == first != ul2.denoiser_table(count=10, seed=2)
+
+
+def test_bad_input_raises_clear_errors():
+    w, g = windows(2), generator(0)
+    cases = [
+        (lambda: ul2.denoiser_batch(w, "X", g), r"unknown denoiser 'X'"),
+        (lambda: ul2.denoiser_batch(w, ob.Denoiser("Q", 3, 0.15), g), r"unknown denoiser .*mode R, S or X"),
+        (lambda: ul2.denoiser_batch(w, ob.Denoiser("R"), g), r"needs a mean_span and a noise_density"),
+        (lambda: ul2.denoiser_batch(w[:, :1], ob.UL2_DENOISERS[0], g), r"too short"),
+        (lambda: ul2.denoiser_batch(w.float(), ob.UL2_DENOISERS[0], g), r"torch.long tensor"),
+        (lambda: ul2.mixture_batch(w, g, denoisers=[]), r"non-empty list of Denoiser"),
+        (lambda: ul2.tail_span_batch(w, N), rf"prefix lengths must lie in 0..{N - 1}"),
+        (lambda: ul2.tail_span_batch(w[:, :0], 0), r"too short"),
+        (lambda: ul2.longest_window(1), r"no window fits in 1 positions"),
+        (lambda: ul2.text_stream("test"), r"unknown split 'test'"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
