@@ -45,7 +45,7 @@ def table(rows: list, digits: int = 3, index: str = None) -> pd.DataFrame:
     return frame.set_index(index) if index else frame
 
 
-def _plain_log_axis(ax, ticks):
+def plain_log_axis(ax, ticks):
     """A log y axis labelled with plain numbers at `ticks` (not 4×10^0), no minor labels."""
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(FixedLocator(ticks))
@@ -83,7 +83,7 @@ def learning_curve(log: list, keys=("train_loss", "val_loss"), scale: float = BI
         elif start is not None:
             ax.set_ylim(low - 0.06 * (high - low), high + 0.06 * (high - low))
         if shown:
-            _plain_log_axis(ax, shown)
+            plain_log_axis(ax, shown)
         ax.set_xlabel("training step")
         ax.grid(axis="y", color="0.9", linewidth=0.8)
         ax.set_axisbelow(True)

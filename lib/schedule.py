@@ -18,12 +18,13 @@ from pathlib import Path
 
 import torch
 
-from lib import base_model, checkpoints, electra_runs, experiments, recurrent
+from lib import base_model, checkpoints, electra_runs, experiments, recurrent, tinygpt_variants
 
 
 def book_runs() -> list:
     """The `Run` of every checkpoint under checkpoints/, section by section."""
-    return base_model.runs() + recurrent.runs() + experiments.runs() + longer_t5_runs() + electra_runs.runs()
+    return (base_model.runs() + recurrent.runs() + tinygpt_variants.runs() + experiments.runs() + longer_t5_runs()
+            + electra_runs.runs())
 
 
 def longer_t5_runs() -> list:
