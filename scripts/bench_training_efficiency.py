@@ -49,25 +49,21 @@ def matmul_peak(seconds: float = 1.0) -> float:
 
 def step_flops(kind: str) -> float:
     """FLOPs of one training step (forward + backward) of this kind, counted by PyTorch."""
+    if kind == "electra":
+        return electra_runs.step_flops(electra_runs.run_config(kind))
+    if kind not in ("base", "gru"):
+        return experiments.step_flops(experiments.recipe_config(kind))
     generator = seed_everything(0)
-    if kind == "base":
+    if kind == "base":   # the two character-level models: same windows and loss, another network
         config = base_model.BASE_MODEL
         model = base_model.models.TinyGPT(base_model.models.ModelConfig(**config["model"]))
-        text = torch.randint(44, (10_000,), generator=generator)
-        batch, loss_fn = objectives.random_windows(text, model.config.context + 1, config["batch_size"],
-                                                   generator), objectives.next_token_loss
-    elif kind == "electra":
-        return electra_runs.step_flops(electra_runs.run_config(kind))
-    elif kind == "gru":
+    else:
         config = recurrent.gru_config()
         model = recurrent.GRULanguageModel(recurrent.GRUConfig(**config["model"]))
-        text = torch.randint(44, (10_000,), generator=generator)
-        batch, loss_fn = objectives.random_windows(text, config["model"]["context"] + 1, config["batch_size"],
-                                                   generator), objectives.next_token_loss
-    else:
-        return experiments.step_flops(experiments.recipe_config(kind))
+    text = torch.randint(44, (10_000,), generator=generator)
+    batch = objectives.random_windows(text, config["model"]["context"] + 1, config["batch_size"], generator)
     with FlopCounterMode(display=False) as counter:
-        loss_fn(model, batch).backward()
+        objectives.next_token_loss(model, batch).backward()
     return counter.get_total_flops()
 
 

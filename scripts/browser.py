@@ -72,13 +72,8 @@ class Tab:
             time.sleep(0.25)
         raise TimeoutError(f"waited {timeout:.0f} s for {what}")
 
-    def click(self, x: float, y: float):
-        """A real mouse click (press and release) at page coordinates."""
-        for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
-
     def drag(self, x: float, y: float, to_x: float, to_y: float, steps: int = 10):
-        """A real mouse drag: press at (x, y), move in small steps, release at (to_x, to_y)."""
+        """A real mouse drag: press at (x, y), move in small steps, release at (to_x, to_y); a click when they are equal."""
         self.call("Input.dispatchMouseEvent", type="mousePressed", x=x, y=y, button="left", buttons=1, clickCount=1)
         for k in range(1, steps + 1):
             self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x + (to_x - x) * k / steps,

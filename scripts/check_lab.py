@@ -106,10 +106,9 @@ def move(tab, kind: str, selector: str) -> list:
     before = tab.evaluate(f"({CONTROL})({json.dumps(selector)}, 0)")
     if before is None:
         return [f"no {kind} on the page"]
-    if kind.startswith("text"):
-        tab.click(before["x"], before["y"])           # a label not selected
-    else:                                             # the handle, dragged a fifth of the track to the right
-        tab.drag(before["x"], before["y"], before["x"] + before["track"] / 5, before["y"])
+    # A text control's label not selected gets a click (its track is 0: the drag stays put); a slider's
+    # handle is dragged a fifth of its track to the right.
+    tab.drag(before["x"], before["y"], before["x"] + before["track"] / 5, before["y"])
     try:
         after = tab.wait_for(f"""(() => {{ const c = ({CONTROL})({json.dumps(selector)}, 0);
             return c && c.output !== {json.dumps(before["output"])} && c.output.trim() ? c : null; }})()""",
