@@ -70,9 +70,10 @@ def line_log_likelihoods(model, kind: str, sequences: list) -> torch.Tensor:
     return torch.zeros(len(sequences), dtype=picked.dtype).index_add_(0, torch.tensor(owners), picked)
 
 
-def candidate_scoring(model, kind: str, reviews: list) -> float:
-    """Put each of the 16 food adjectives into the review, score each whole line, keep the best:
-    the share of reviews whose best candidate has the polarity the rest of the review demands."""
+def scored_candidates(reviews: list, score) -> float:
+    """Put each of the 16 food adjectives into the review and keep the candidate line that score(lines)
+    (the `line_ids` of every candidate -> (N,) log-likelihoods) rates best: the share of reviews whose
+    best candidate has the polarity the rest of the review demands."""
     candidates = list(ADJECTIVE_IDS)
     sequences, wanted = [], []
     for review in reviews:
@@ -80,9 +81,14 @@ def candidate_scoring(model, kind: str, reviews: list) -> float:
         slot = review_slots(ids)["food_adjective"]
         wanted.append(ADJECTIVE_IDS[ids[slot]])
         sequences += [ids[:slot] + [c] + ids[slot + 1:] for c in candidates]
-    scores = line_log_likelihoods(model, kind, sequences).view(len(reviews), len(candidates))
+    scores = score(sequences).view(len(reviews), len(candidates))
     best = [candidates[i] for i in scores.argmax(-1).tolist()]
     return sum(ADJECTIVE_IDS[b] == w for b, w in zip(best, wanted)) / len(reviews)
+
+
+def candidate_scoring(model, kind: str, reviews: list) -> float:
+    """`scored_candidates` by the model's `line_log_likelihoods`."""
+    return scored_candidates(reviews, lambda sequences: line_log_likelihoods(model, kind, sequences))
 
 
 @torch.no_grad()

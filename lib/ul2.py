@@ -34,15 +34,17 @@ S draws its prefix length k uniformly from 1..127 (`ul2_batch`), so its target (
 """
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 import torch
 
 from lib import world
+from lib.models import EncoderDecoder
 from lib.objectives import (UL2_DENOISERS, Denoiser, EncoderDecoderBatch, StackBatch, _check_windows,
-                            _encoder_decoder_batch, _possible_counts, corrupt_spans, random_windows,
-                            span_corruption_lengths, ul2_batch)
-from lib.tokenizers import FIRST_ORDINARY, MODE_TOKENS, NUM_SENTINELS, PAD, TOKENIZER
+                            _encoder_decoder_batch, _possible_counts, _stack_batch, batch_logits, corrupt_spans,
+                            masked_cross_entropy, pad, random_windows, span_corruption_lengths, ul2_batch)
+from lib.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NUM_SENTINELS, PAD, TOKENIZER
 
 CONTEXT = 128                    # learned positions of the encoder and of the decoder
 MAX_SPANS = NUM_SENTINELS - 1    # one sentinel per span, and one closes the target
@@ -198,3 +200,70 @@ def prediction_problems(batch) -> list:
                                 if seen and token >= FIRST_ORDINARY), batch.targets[b, t].item())
                          for t in batch.loss_mask[b].nonzero().flatten().tolist()])
     return problems
+
+
+def longest_sequence(denoiser: Denoiser, n: int) -> int:
+    """The most positions one stack needs for this denoiser's example: mode token + source + decoder input
+    (`as_stack_batch`), in the worst case over the random draws.
+
+    >>> [longest_sequence(d, WINDOW) for d in (UL2_DENOISERS[0], UL2_DENOISERS[2], UL2_DENOISERS[-1])]
+    [144, 160, 129]
+    """
+    denoiser = clamp_denoiser(denoiser, n)
+    if denoiser.mode == "S":   # [S] + k tokens, then <bos> + the other n - k tokens but the last
+        return 1 + n
+    return 1 + span_corruption_lengths(n, denoiser.noise_density, denoiser.mean_span)["positions"]
+
+
+DECODER_CONTEXT = max(longest_sequence(d, WINDOW) for d in UL2_DENOISERS)
+
+
+def without_mode_tokens(batch: EncoderDecoderBatch) -> EncoderDecoderBatch:
+    """The same batch with each source's first token, its mode token, removed (a denoiser run as plain
+    T5 or prefix LM, which never see one)."""
+    if batch.modes is None or not all(t in MODE_TOKENS.values() for t in batch.source[:, 0].tolist()):
+        raise ValueError("every source must start with a mode token (a batch of mixture_batch or denoiser_batch)")
+    return replace(batch, source=batch.source[:, 1:], source_mask=batch.source_mask[:, 1:, 1:],
+                   cross_mask=batch.cross_mask[:, :, 1:], modes=None)
+
+
+def questions(sources: list, decoder_inputs: list) -> EncoderDecoderBatch:
+    """Encoder-decoder inputs from lists of ids, for asking rather than training: the decoder reads each
+    decoder_inputs row (e.g. `[BOS, SENTINELS[0]]`), and `decoder_logits` gives its next-token logits.
+    (The targets are the decoder inputs shifted left, the last one a placeholder.)"""
+    if not all(row and row[0] == BOS for row in decoder_inputs):
+        raise ValueError("every decoder input must start with <bos>")
+    return _encoder_decoder_batch(sources, [row[1:] + [BOS] for row in decoder_inputs],
+                                  [[False] * len(row) for row in decoder_inputs])
+
+
+def as_stack_batch(batch: EncoderDecoderBatch) -> StackBatch:
+    """The same examples for one stack, a non-causal decoder (UL2's "prefix LM" backbone): each row is
+    source + decoder_input, the source its bidirectional prefix, the rest causal; the position that reads
+    decoder_input[j] predicts targets[j], so the loss positions and their targets are the same ones."""
+    source_lengths = (batch.source != PAD).sum(1).tolist()
+    target_lengths = batch.loss_mask.sum(1).tolist()   # decoder_input holds one more real token where it is padded
+    rows, targets, loss = [], [], []
+    for b, (s, t) in enumerate(zip(source_lengths, target_lengths)):
+        rows.append(batch.source[b, :s].tolist() + batch.decoder_input[b, :t].tolist())
+        targets.append([PAD] * s + batch.targets[b, :t].tolist())
+        loss.append([False] * s + batch.loss_mask[b, :t].tolist())
+    inputs, _ = pad(rows)
+    return _stack_batch(inputs, pad(targets)[0], pad(loss, value=False)[0].bool(), torch.tensor(source_lengths))
+
+
+def decoder_logits(model, batch: EncoderDecoderBatch) -> torch.Tensor:
+    """(B, T, V): the logits at the batch's decoder positions, from an EncoderDecoder or from one stack
+    (a MaskedTransformer reading `as_stack_batch`, its logits gathered back to the decoder positions)."""
+    if isinstance(model, EncoderDecoder):
+        return batch_logits(model, batch)
+    stack = as_stack_batch(batch)
+    logits = batch_logits(model, stack)                                           # (B, L, V)
+    T = batch.decoder_input.shape[1]
+    at = (stack.prefix_lengths[:, None] + torch.arange(T)[None, :]).clamp(max=logits.shape[1] - 1)   # (B, T)
+    return logits.gather(1, at[:, :, None].expand(-1, -1, logits.shape[-1]))
+
+
+def ul2_loss(model, batch: EncoderDecoderBatch):
+    """The training loss of every model of section 06: cross-entropy over the decoder's loss positions."""
+    return masked_cross_entropy(decoder_logits(model, batch), batch.targets, batch.loss_mask)

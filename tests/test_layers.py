@@ -13,8 +13,9 @@ LAYERS = [  # bottom first; see the data flow in DESIGN.md
     {"models"},
     {"objectives", "electra", "ul2"},                                # batches + the forward pass that reads them
     {"train", "checkpoints"},                                        # one fit loop, the checkpoint cache
-    {"evals", "protocols", "probes", "capabilities", "ablations"},   # all measurement
-    {"base_model", "experiments", "electra_runs", "recurrent", "tinygpt_variants"},      # sections' runs: fit + what they log
+    {"evals", "protocols", "probes", "capabilities", "ablations", "ul2_evals"},   # all measurement
+    {"base_model", "experiments", "electra_runs", "recurrent", "tinygpt_variants",
+     "ul2_runs"},      # sections' runs: fit + what they log
     {"schedule", "plots", "widgets"},
 ]
 

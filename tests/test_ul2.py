@@ -15,8 +15,8 @@ import torch
 
 from lib import objectives as ob
 from lib import ul2
-from lib.models import EncoderDecoder, ModelConfig
-from lib.tokenizers import FIRST_ORDINARY, NUM_SENTINELS
+from lib.models import EncoderDecoder, MaskedTransformer, ModelConfig
+from lib.tokenizers import BOS, FIRST_ORDINARY, NUM_SENTINELS, SENTINELS
 
 STREAM = ul2.text_stream("train")
 N = ul2.WINDOW
@@ -224,3 +224,48 @@ def test_bad_input_raises_clear_errors():
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+# The non-causal decoder (one stack) reads the same examples as the encoder-decoder.
+
+def test_one_stack_poses_exactly_the_encoder_decoders_prediction_problems():
+    """Every loss position sees the whole source and the target before it, in either backbone; the
+    targets are the same."""
+    batch = ul2.mixture_batch(windows(40, seed=3), generator(3))
+    stack = ul2.as_stack_batch(batch)
+    assert ul2.prediction_problems(stack) == ul2.prediction_problems(batch)
+    assert stack.inputs.shape[1] <= ul2.DECODER_CONTEXT
+
+
+def test_decoder_logits_gathers_the_stacks_own_logits():
+    """The decoder backbone's loss read through decoder_logits equals the stack's loss read directly."""
+    torch.manual_seed(0)
+    model = MaskedTransformer(ModelConfig(ob.VOCAB_SIZE, ul2.DECODER_CONTEXT, 32, 1, 2)).eval()
+    batch = ul2.without_mode_tokens(ul2.mixture_batch(windows(12, seed=4), generator(4)))
+    stack = ul2.as_stack_batch(batch)
+    direct = ob.masked_cross_entropy(ob.batch_logits(model, stack), stack.targets, stack.loss_mask)
+    assert torch.allclose(ul2.ul2_loss(model, batch), direct, rtol=1e-5, atol=0)
+
+
+def test_the_longest_stack_is_reached_and_never_exceeded():
+    """X(mu=4.27, r=0.5) always makes 15 spans of 64 tokens: 160 positions, the decoder's context."""
+    x = ul2.clamp_denoiser(ob.UL2_DENOISERS[2], N)
+    lengths = ul2.as_stack_batch(ul2.denoiser_batch(windows(50, seed=5), x, generator(5))).inputs.ne(0).sum(1)
+    assert set(lengths.tolist()) == {ul2.longest_sequence(x, N)} == {ul2.DECODER_CONTEXT}
+
+
+def test_without_mode_tokens_drops_only_the_first_source_token():
+    batch = ul2.mixture_batch(windows(16, seed=6), generator(6))
+    plain = ul2.without_mode_tokens(batch)
+    assert torch.equal(plain.source, batch.source[:, 1:]) and torch.equal(plain.targets, batch.targets)
+    assert torch.equal(plain.cross_mask, batch.cross_mask[:, :, 1:]) and plain.modes is None
+    with pytest.raises(ValueError, match="mode token"):
+        ul2.without_mode_tokens(plain)
+
+
+def test_questions_give_the_decoder_exactly_the_rows_asked():
+    rows = [[BOS, SENTINELS[0]], [BOS], [BOS, SENTINELS[0], FIRST_ORDINARY + 5]]
+    batch = ul2.questions([[FIRST_ORDINARY + 1, FIRST_ORDINARY + 2]] * 3, rows)
+    assert [batch.decoder_input[b, :n].tolist() for b, n in enumerate(batch.loss_mask.sum(1).tolist())] == rows
+    with pytest.raises(ValueError, match="<bos>"):
+        ul2.questions([[FIRST_ORDINARY]], [[SENTINELS[0]]])

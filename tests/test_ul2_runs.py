@@ -1,0 +1,66 @@
+"""Section 06's runs and questions: the recipes are the objectives they claim, training is reproducible,
+and the two ways of reading a model's probabilities (scoring a whole line, asking token by token) agree."""
+
+import pytest
+import torch
+
+from lib import experiments, protocols, ul2, ul2_evals, ul2_runs, world
+from lib.objectives import UL2_DENOISERS, Denoiser
+from lib.tokenizers import BOS, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
+
+
+def test_the_baselines_are_section_04s_objectives_and_ul2_is_all_seven():
+    t5 = ul2_runs.run_config("t5_span")
+    assert ul2_runs.denoisers_of(t5) == [Denoiser("R", experiments.T5_MEAN_SPAN, experiments.T5_NOISE_DENSITY)]
+    assert ul2_runs.denoisers_of(ul2_runs.run_config("prefix_lm")) == [Denoiser("S")]
+    assert ul2_runs.denoisers_of(ul2_runs.run_config("ul2_decoder")) == [ul2.clamp_denoiser(d, ul2.WINDOW)
+                                                                         for d in UL2_DENOISERS]
+    configs = [ul2_runs.run_config(r) for r in ul2_runs.RECIPES]
+    shared = ("window", "steps", "batch_size", "seed", "lr", "warmup")
+    assert len({tuple(c[k] for k in shared) for c in configs}) == 1      # only the objective and backbone differ
+
+
+def test_every_recipe_is_evaluated_on_the_same_windows():
+    batches = [ul2_runs.evaluation_batches(ul2_runs.run_config(r), count=4) for r in ul2_runs.RECIPES]
+    for name in batches[0]:
+        assert len({tuple(b[name].targets.flatten().tolist()) for b in batches}) == 1
+
+
+def test_a_retrain_is_bit_identical():
+    config = {**ul2_runs.run_config("ul2_decoder", steps=3), "eval_every": 3, "eval_windows": 2}
+    torch.set_num_threads(1)
+    (a, log_a), (b, log_b) = ul2_runs.train_recipe(config), ul2_runs.train_recipe(config)
+    assert log_a == log_b and set(log_a[-1]) == {"step", "train_loss"} | {ul2.label(d) for d in UL2_DENOISERS}
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+
+
+@pytest.mark.parametrize("recipe", ["ul2_decoder", "ul2_encoder_decoder"])
+@pytest.mark.parametrize("form", ul2_evals.FORMS)
+def test_a_scored_line_is_the_sum_of_the_tokens_asked_one_by_one(recipe, form):
+    torch.manual_seed(0)
+    model = ul2_runs.build_model(ul2_runs.run_config(recipe)).eval()
+    line = "base lives in " + world.build_world().home["base"] + "."
+    total = ul2_evals.line_log_likelihoods(model, [line], form, "X")[0]
+    source, start = ([MODE_TOKENS["X"], NEWLINE_WORD, SENTINELS[0], NEWLINE_WORD], [BOS, SENTINELS[0]]) \
+        if form == "span" else ([MODE_TOKENS["X"], NEWLINE_WORD], [BOS])
+    rest = TOKENIZER.encode(line) + ([SENTINELS[1]] if form == "span" else [NEWLINE_WORD])
+    by_step = sum(ul2_evals.next_logits(model, [source], [start + rest[:i]]).log_softmax(-1)[0, t]
+                  for i, t in enumerate(rest))
+    assert torch.allclose(total, by_step, rtol=1e-5)
+
+
+def test_questions_in_both_forms_and_bad_ones():
+    review = "review: the soup was tasty and the host was kind. rating: good."
+    ids = protocols.line_ids(review)
+    slot = protocols.review_slots(ids)["rating"]
+    source, start = ul2_evals.ask_slot(ids, slot, "prefix", "S")
+    assert source == [MODE_TOKENS["S"]] + ids[:slot] and start == [BOS]
+    body_start, body_end = ul2_evals.review_body(review)
+    source, start = ul2_evals.ask_slot(ids, body_start, "span", None, body_end)
+    assert TOKENIZER.decode(source) == "\nreview: <0> rating: good.\n" and start == [BOS, SENTINELS[0]]
+    with pytest.raises(ValueError, match="form"):
+        ul2_evals.ask_slot(ids, slot, "middle")
+    with pytest.raises(ValueError, match="mode"):
+        ul2_evals.ask_slot(ids, slot, "span", "Q")
+    with pytest.raises(ValueError, match="inside the line"):
+        ul2_evals.ask_slot(ids, 0, "span")
