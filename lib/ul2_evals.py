@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import torch
 
+from lib import world
 from lib.capabilities import ADJECTIVE_IDS, scored_candidates
 from lib.evals import line_quality
 from lib.protocols import RATING_IDS, line_ids, review_slots, true_rating
@@ -30,6 +31,8 @@ from lib.ul2 import decoder_logits, questions, ul2_loss, without_mode_tokens
 
 FORMS = ("span", "prefix")
 MODES = ("R", "S", "X", None)
+# Writing stops here: a line longer than the longest line of the world (16 word tokens) is never valid.
+MAX_NEW = max(len(TOKENIZER.encode(line)) for line in world.load_text("train").splitlines()) + 2
 
 
 def mode_name(mode) -> str:
@@ -76,10 +79,15 @@ def _slot_answers(model, reviews: list, slot_name: str, form: str, mode, choices
     return [choices[i] for i in logits.argmax(-1).tolist()]
 
 
+def rating_answers(model, reviews: list, form: str, mode=None) -> list:
+    """The rating word each review's slot gets, argmax over good / ok / bad."""
+    return [TOKENIZER.vocab[a] for a in _slot_answers(model, reviews, "rating", form, mode, RATING_IDS)]
+
+
 def rating_accuracy(model, reviews: list, form: str, mode=None) -> float:
-    """Share of reviews whose rating slot gets the right word, argmax over good / ok / bad."""
-    answers = _slot_answers(model, reviews, "rating", form, mode, RATING_IDS)
-    return sum(TOKENIZER.vocab[a] == true_rating(r) for a, r in zip(answers, reviews)) / len(reviews)
+    """Share of reviews whose rating slot gets the right word."""
+    answers = rating_answers(model, reviews, form, mode)
+    return sum(a == true_rating(r) for a, r in zip(answers, reviews)) / len(reviews)
 
 
 def adjective_polarity(model, reviews: list, form: str, mode=None) -> float:
@@ -110,7 +118,7 @@ def write(model, sources: list, starts: list, stop: list, max_new: int, generato
     return [row[:next((j for j, t in enumerate(row) if t in stop), len(row))] for row in written]
 
 
-def generate_lines(model, form: str, mode=None, n: int = 100, seed: int = 0, max_new: int = 40) -> list:
+def generate_lines(model, form: str, mode=None, n: int = 100, seed: int = 0, max_new: int = MAX_NEW) -> list:
     """n lines sampled from nothing: the prefix form continues a newline, the span form fills a whole
     missing line (`\\n <0> \\n`)."""
     _check(form, mode)
@@ -142,7 +150,7 @@ def long_infill(model, reviews: list, mode=None) -> dict:
     written).  Only a model that reads the right context can match the rating."""
     ids = [line_ids(r) for r in reviews]
     asked = [ask_slot(s, start, "span", mode, end) for s, (start, end) in zip(ids, map(review_body, reviews))]
-    spans = write(model, *zip(*asked), SENTINELS + [NEWLINE_WORD], 30)
+    spans = write(model, *zip(*asked), SENTINELS + [NEWLINE_WORD], MAX_NEW)
     lines = [TOKENIZER.decode(s[1:start] + span + s[end:-1]) for s, span, (start, end)
              in zip(ids, spans, (review_body(r) for r in reviews))]
     return {**line_quality(lines), "lines": lines}
@@ -159,14 +167,12 @@ def line_log_likelihoods(model, lines: list, form: str, mode=None) -> torch.Tens
         targets = [[SENTINELS[0]] + i + [SENTINELS[1]] for i in ids]
     else:
         sources, targets = [with_mode([NEWLINE_WORD], mode)] * len(ids), [i + [NEWLINE_WORD] for i in ids]
-    batch = questions(sources, [[BOS] + t for t in targets])
-    logp = decoder_logits(model, batch).log_softmax(-1)
-    scores = []
-    for b, target in enumerate(targets):
-        start = 1 if form == "span" else 0   # the span form's opening <0> is given, not scored
-        positions = torch.arange(start, len(target))
-        scores.append(logp[b, positions, torch.tensor(target[start:])].sum())
-    return torch.stack(scores)
+    batch = questions(sources, [[BOS] + t for t in targets])   # position j predicts targets[j]
+    picked = decoder_logits(model, batch).log_softmax(-1).gather(-1, batch.targets[..., None])[..., 0]   # (N, T)
+    positions = torch.arange(picked.shape[1])[None, :]
+    start = 1 if form == "span" else 0   # the span form's opening <0> is given, not scored
+    scored = (positions >= start) & (positions < torch.tensor([len(t) for t in targets])[:, None])
+    return (picked * scored).sum(1)
 
 
 def candidate_scoring(model, reviews: list, form: str, mode=None) -> float:
@@ -175,20 +181,23 @@ def candidate_scoring(model, reviews: list, form: str, mode=None) -> float:
         model, [TOKENIZER.decode(ids[1:-1]) for ids in sequences], form, mode))
 
 
-def capabilities(model, reviews: list, mode_tokens: bool, lines: int = 100) -> dict:
-    """Section 04's questions, each in the form it needs, asked with the mode that matches the form when
-    the model was trained with mode tokens ([R] for one hidden word, [X] for the hidden review body,
-    [S] for a continuation): the rating (span and prefix form), the food adjective's polarity (one step,
-    and by scoring the 16 candidates as whole lines), lines generated from nothing (valid, true) and the
-    review body infilled whole."""
+def capabilities(model, reviews: list, mode_tokens: bool, lines: int = 100, scored: int = 50) -> dict:
+    """Section 04's questions, in span and in prefix form, asked with the mode token that matches the
+    question when the model was trained with mode tokens: [R] for one hidden word, [X] for a hidden whole
+    line or review body, [S] for a continuation.  The rating, the food adjective's polarity (one step),
+    the 16 candidates scored as whole lines (on the first `scored` reviews: 16 lines each), lines generated
+    from nothing (valid, true), and the review body infilled whole."""
     r, s, x = ("R", "S", "X") if mode_tokens else (None, None, None)
-    generated = line_quality(generate_lines(model, "prefix", s, lines))
+    by_prefix = line_quality(generate_lines(model, "prefix", s, lines))
+    by_span = line_quality(generate_lines(model, "span", x, lines))
     return {"rating (span)": rating_accuracy(model, reviews, "span", r),
             "rating (prefix)": rating_accuracy(model, reviews, "prefix", s),
-            "adjective polarity": adjective_polarity(model, reviews, "span", r),
-            "candidate scoring": candidate_scoring(model, reviews, "prefix", s),
-            "generation valid": generated["valid"], "generation true": generated["true"],
-            "long infill true": long_infill(model, reviews, x)["true"]}
+            "adjective polarity (span)": adjective_polarity(model, reviews, "span", r),
+            "candidate scoring (span)": candidate_scoring(model, reviews[:scored], "span", x),
+            "candidate scoring (prefix)": candidate_scoring(model, reviews[:scored], "prefix", s),
+            "generation valid (span)": by_span["valid"], "generation true (span)": by_span["true"],
+            "generation valid (prefix)": by_prefix["valid"], "generation true (prefix)": by_prefix["true"],
+            "long infill true (span)": long_infill(model, reviews, x)["true"]}
 
 
 def mode_row(model, reviews: list, mode, lines: int = 100) -> dict:
@@ -203,7 +212,9 @@ def mode_row(model, reviews: list, mode, lines: int = 100) -> dict:
 
 
 def with_mode_token(batch, mode):
-    """A batch whose sources start with a mode token, asked with another mode token, or with none."""
+    """A batch whose sources start with a mode token, asked with another mode token, or with none.  Without
+    one, every source token moves one learned position to the left (and, in a single stack, every target
+    token too): the comparison is with the input the recipes without mode tokens train on."""
     if mode is None:
         return without_mode_tokens(batch)
     _check("span", mode)
