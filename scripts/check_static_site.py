@@ -1,5 +1,5 @@
 """Browser check of the built book: no request leaves _build/html, no console error, every formula rendered,
-every image loaded, static sliders work.
+every image loaded, static sliders work, every table fits the content column.
 
     make book && .venv/bin/python scripts/check_static_site.py [page.html ...]
 
@@ -7,7 +7,9 @@ Needs Debian's chromium (`apt-get install chromium`, and `fonts-noto-cjk` for th
 installs both when missing and runs this after `make test`.  For each page it records every network
 request and console error (via the DevTools protocol, `browser.py`), counts formulas MathJax left unrendered and images
 that did not load, then moves every slider of the page to each combination of positions and checks that
-exactly one pre-computed view is visible and that it is the one the positions select.
+exactly one pre-computed view is visible and that it is the one the positions select.  Tables (the pandas
+tables of the outputs and the Markdown tables of the prose) must be no wider than the content column and keep
+every header cell on one or two lines.
 """
 
 import json
@@ -41,6 +43,21 @@ MOVE_ALL_SLIDERS = """(() => {
 })()"""
 
 
+# Tables must fit the content column, their header cells on at most two lines (a line box is a distinct top
+# among the cell text's client rectangles).
+TABLES = """(async () => {
+  await document.fonts.ready;   // line breaks depend on the (CJK) font
+  const column = document.querySelector('.bd-article').clientWidth;
+  const lines = cell => { const r = document.createRange(); r.selectNodeContents(cell);
+                          return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; };
+  return JSON.stringify([...document.querySelectorAll('.bd-article table')].map(t => ({
+    width: Math.round(t.getBoundingClientRect().width), column: column,
+    header_lines: Math.max(0, ...[...t.querySelectorAll('thead th')].map(lines)),
+    header: [...t.querySelectorAll('thead th')].map(h => h.textContent.trim()).filter(x => x).join(' | ').slice(0, 70),
+  })).filter(t => t.width > t.column || t.header_lines > 2));
+})()"""
+
+
 RENDERING = """(() => JSON.stringify({
   images: document.images.length,
   broken: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(-60)),
@@ -69,15 +86,17 @@ def check_page(tab, path: Path) -> int:
     shown = json.loads(tab.evaluate(RENDERING))
     report = json.loads(tab.evaluate(MOVE_ALL_SLIDERS))
     wrong = [r for r in report if r["visible"] != r["expected"]]
+    misfit = json.loads(tab.evaluate(TABLES, await_promise=True))
     errors = tab.errors
     print(f"{path.name}: {len(tab.requests)} requests, {len(outside)} outside the site {outside[:3]}; "
           f"{shown['formulas']} formulas, {len(shown['unrendered'])} unrendered {shown['unrendered'][:3]}; "
           f"{shown['images']} images, {len(shown['broken'])} not loaded {shown['broken'][:3]}; "
           f"{len(report)} slider positions checked, {len(wrong)} wrong {wrong[:3]}; "
+          f"{len(misfit)} tables wider than the column or with headers on 3+ lines {misfit[:3]}; "
           f"{len(errors)} console errors {errors[:3]}")
     for method in ("Network.disable", "Runtime.disable", "Log.disable"):
         tab.call(method)
-    return len(outside) + len(shown["unrendered"]) + len(shown["broken"]) + len(wrong) + len(errors)
+    return len(outside) + len(shown["unrendered"]) + len(shown["broken"]) + len(wrong) + len(misfit) + len(errors)
 
 
 if __name__ == "__main__":
