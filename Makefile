@@ -42,7 +42,7 @@ test: $(STAMP)
 	   $(NBVAL) > _build/nbval.log 2>&1 ) & pid=$$!; \
 	$(OTHER_KERNELS) $(NBVAL) > _build/nbval-other-kernels.log 2>&1; other=$$?; \
 	wait $$pid; native=$$?; wait $$book; unit=$$(cat _build/unit.rc); built=$$(cat _build/book.rc); \
-	for log in unit nbval nbval-other-kernels book; do echo "== _build/$$log.log"; tail -n 1 _build/$$log.log; done; \
+	for log in unit nbval nbval-other-kernels book; do echo "== _build/$$log.log"; grep . _build/$$log.log | tail -n 1; done; \
 	if [ $$unit != 0 ]; then cat _build/unit.log; fi; \
 	if [ $$native != 0 ]; then cat _build/nbval.log; fi; \
 	if [ $$other != 0 ]; then cat _build/nbval-other-kernels.log; fi; \
