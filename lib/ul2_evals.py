@@ -39,11 +39,15 @@ def mode_name(mode) -> str:
     return "none" if mode is None else f"[{mode}]"
 
 
+def _check_mode(mode):
+    if mode is not None and mode not in MODE_TOKENS:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+
+
 def _check(form: str, mode):
     if form not in FORMS:
         raise ValueError(f"unknown form {form!r}; expected one of {FORMS}")
-    if mode is not None and mode not in MODE_TOKENS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    _check_mode(mode)
 
 
 def with_mode(source: list, mode) -> list:
@@ -141,7 +145,7 @@ def review_body(line: str) -> tuple:
     'the soup was tasty and the host was kind.'
     """
     ids = line_ids(line)
-    return 3, ids.index(TOKENIZER["rating"])
+    return ids.index(TOKENIZER[":"]) + 1, ids.index(TOKENIZER["rating"])   # after `review:`, up to `rating`
 
 
 def long_infill(model, reviews: list, mode=None) -> dict:
@@ -217,7 +221,7 @@ def with_mode_token(batch, mode):
     token too): the comparison is with the input the recipes without mode tokens train on."""
     if mode is None:
         return without_mode_tokens(batch)
-    _check("span", mode)
+    _check_mode(mode)
     source = batch.source.clone()
     source[:, 0] = MODE_TOKENS[mode]
     return replace(batch, source=source, modes=(mode,) * source.shape[0])
