@@ -18,13 +18,14 @@ from pathlib import Path
 
 import torch
 
-from lib import base_model, checkpoints, electra_runs, experiments, recurrent, tinygpt_variants, ul2_runs
+from lib import (base_model, checkpoints, electra_runs, experiments, moe_runs, recurrent, retrieval_runs,
+                 tinygpt_variants, ul2_runs)
 
 
 def book_runs() -> list:
     """The `Run` of every checkpoint under checkpoints/, section by section."""
     return (base_model.runs() + recurrent.runs() + tinygpt_variants.runs() + experiments.runs() + longer_t5_runs()
-            + electra_runs.runs() + ul2_runs.runs())
+            + electra_runs.runs() + ul2_runs.runs() + moe_runs.runs() + retrieval_runs.runs())
 
 
 def longer_t5_runs() -> list:

@@ -1,0 +1,90 @@
+"""Measuring section 07's mixtures of experts: where tokens go, what capacity drops, what each model knows.
+
+    copy = with_capacity(model, 2.0)                 # the same weights, another capacity factor
+    shares = dropped_shares(model, windows, [0.5, 1.0, 1.25, 2.0])
+    counts = expert_counts_by_class(model, lines, layer=0)  # {character class: first choices per expert}
+
+Capacity is a property of a batch: how many tokens an expert may take
+depends on how many tokens were sent together, and which.  In a batch of
+lines padded to one length the padding (all newlines) crowds one expert and
+takes the places of real tokens that queue after it.  So every validation
+loss, answer and bits/char number of the section is computed with no capacity
+limit (`with_capacity(model, None)`): every token reaches its experts, as at
+inference in most MoE systems.  Only training batches (windows of text, no
+padding) are cut at the training capacity factor.
+"""
+
+import torch
+
+from lib import evals, retrieval, world
+from lib.moe import MoEGPT, queue_positions, with_capacity
+from lib.tokenizers import CharTokenizer
+
+CHARS = CharTokenizer()
+CLASSES = {"letter": str.isalpha, "digit": str.isdigit, "space": lambda c: c == " ", "newline": lambda c: c == "\n",
+           "punctuation": lambda c: c in ".?:+=,"}
+
+
+def char_class(ch: str) -> str:
+    """The class of a character of the alphabet.
+
+    >>> [char_class(c) for c in "a7 .\\n"]
+    ['letter', 'digit', 'space', 'punctuation', 'newline']
+    """
+    return next(name for name, test in CLASSES.items() if test(ch))
+
+
+@torch.no_grad()
+def routing(model, ids) -> list:
+    """Each routed layer's first-choice expert of every position of ids (B, T): a list of (B, T) tensors."""
+    model(ids)
+    return [layer.last["chosen"][:, 0].view(ids.shape) for layer in model.moe_layers()]
+
+
+@torch.no_grad()
+def dropped_shares(model, windows, factors) -> dict:
+    """{capacity factor: share of assignments over capacity} when these windows go through as one batch.
+    The routing itself does not depend on the factor; only who is turned away does."""
+    model(windows)
+    shares = {}
+    for factor in factors:
+        layers = []
+        for layer in model.moe_layers():
+            chosen = layer.last["chosen"]
+            capacity = -(-factor * layer.config.top_k * len(chosen) // layer.config.n_experts)
+            layers.append(float((queue_positions(chosen) >= capacity).float().mean()))
+        shares[factor] = sum(layers) / len(layers)
+    return shares
+
+
+def expert_counts_by_class(model, lines: list, layer: int = 0) -> dict:
+    """{character class: [how many characters of that class have expert e as first choice, for each e]}, each
+    line read on its own after a newline (that newline included)."""
+    counts = {name: [0] * model.config.n_experts for name in CLASSES}
+    for line in lines:
+        text = "\n" + line
+        chosen = routing(model, torch.tensor([CHARS.encode(text)]))[layer][0]
+        for ch, expert in zip(text, chosen.tolist()):     # the token at position i is the character text[i]
+            counts[char_class(ch)][expert] += 1
+    return {name: row for name, row in counts.items() if sum(row)}
+
+
+def fact_accuracy(model) -> float:
+    """Share of the world's people whose city the model answers (`evals.fact_completion`'s question, batched),
+    with no capacity limit."""
+    home = world.build_world().home
+    answers = retrieval.closed_book_answers(with_capacity(model, None), list(home))
+    return sum(answers[name] == f" {city}." for name, city in home.items()) / len(home)
+
+
+def bits_per_char(model) -> float:
+    """`evals.bits_per_char` on the validation lines with no capacity limit."""
+    return evals.bits_per_char(with_capacity(model, None))
+
+
+def parameter_counts(model) -> dict:
+    """{"total", "active"} parameters; a dense model uses all of its parameters for every token."""
+    if isinstance(model, MoEGPT):
+        return model.parameter_counts()
+    total = sum(p.numel() for p in model.parameters())
+    return {"total": total, "active": total}

@@ -1,0 +1,188 @@
+"""Retrieval for section 07: a datastore of the world's fact lines, two retrievers, and a reader that answers from
+what they find.
+
+    store = datastore()                                   # {name: "zukun lives in quila."}
+    lexical = TfIdfRetriever(store)                       # words weighted by rarity
+    dense = DualEncoder()                                 # char-trigram bags, trained on question/fact pairs
+    hits = lexical.search(question("zukun"), k=1)         # [(name, score), ...], best first
+    answer = read(reader, [store[n] for n, _ in hits], "zukun")   # " quila."
+    answers(model, prompts)                               # greedy answers, prompts of any lengths at once
+
+A question and its fact share exactly one word, the name.  The question's
+other words (`where`, `does`, ...) are in no line of the store and `lives`,
+`in` are in every line: TF-IDF weighs all of them 0 (a word the store does
+not have counts 0), so it retrieves by the name alone.  The dual encoder
+(DPR's recipe with one shared encoder instead of two: embed the question,
+embed every passage, take the largest dot product) must learn the same from
+pairs: a mean of hashed character trigrams, trained with the in-batch
+softmax (`contrastive_loss`) on the pairs of TRAIN_NAMES and tested on
+HELD_OUT_NAMES, people it never saw.  Because both sides share the encoder, a
+trigram of an unseen name maps to the same vector in question and fact.
+
+The reader is a char model given the retrieved line before the question
+(`reader_prompt`); `read` returns its greedy answer.
+"""
+
+import math
+import zlib
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from lib import evals, world
+
+TEMPERATURE = 0.05                 # of the in-batch softmax
+
+
+def _names() -> tuple:
+    return world.build_world().names
+
+
+HELD_OUT_NAMES = _names()[-12:]            # never in the dual encoder's pairs, never asked in the reader's fine-tuning
+TRAIN_NAMES = _names()[:-12]
+
+
+def fact(name: str, city: str) -> str:
+    """The datastore's line for a person.
+
+    >>> fact("zukun", "quila")
+    'zukun lives in quila.'
+    """
+    return f"{name} lives in {city}."
+
+
+def question(name: str) -> str:
+    """The world's question about a person, up to the answer.
+
+    >>> question("zukun")
+    'q: where does zukun live? a:'
+    """
+    return f"q: where does {name} live? a:"
+
+
+def datastore(moves: dict = None) -> dict:
+    """{name: fact line} for every person of the world; `moves` ({name: new city}) edits the store, not the model."""
+    moves = moves or {}
+    unknown = set(moves) - set(_names()) | {city for city in moves.values() if city not in world.CITIES}
+    if unknown:
+        raise ValueError(f"unknown people or cities in moves: {sorted(unknown)}")
+    home = {**world.build_world().home, **moves}
+    return {name: fact(name, home[name]) for name in _names()}
+
+
+def words(text: str) -> list:
+    """The words of a text, punctuation dropped.
+
+    >>> words("q: where does zukun live? a:")
+    ['q', 'where', 'does', 'zukun', 'live', 'a']
+    """
+    return [w for w in "".join(ch if ch.isalnum() else " " for ch in text).split()]
+
+
+class TfIdfRetriever:
+    """Cosine similarity of tf-idf vectors; idf = log(N / document frequency): a word in every line weighs 0, and
+    so does a query word no line has."""
+
+    def __init__(self, store: dict):
+        self.keys = list(store)
+        counts = [Counter(words(line)) for line in store.values()]
+        frequency = Counter(w for c in counts for w in c)
+        self.idf = {w: math.log(len(counts) / n) for w, n in frequency.items()}
+        self.vectors = [self._vector(c) for c in counts]
+
+    def _vector(self, counts: Counter) -> dict:
+        v = {w: n * self.idf.get(w, 0.0) for w, n in counts.items()}
+        norm = math.sqrt(sum(x * x for x in v.values())) or 1.0
+        return {w: x / norm for w, x in v.items()}
+
+    def search(self, query: str, k: int = 1) -> list:
+        q = self._vector(Counter(words(query)))
+        scores = [sum(q.get(w, 0.0) * x for w, x in v.items()) for v in self.vectors]
+        best = sorted(range(len(scores)), key=lambda i: -scores[i])[:k]
+        return [(self.keys[i], scores[i]) for i in best]
+
+
+def trigrams(text: str, buckets: int) -> list:
+    """Hashed character trigrams of " text ", each a bucket id (crc32, the same on every machine).
+
+    >>> len(trigrams("ab", 4096)), trigrams("ab", 4096) == trigrams("ab", 4096)
+    (2, True)
+    """
+    padded = f" {text} "
+    return [zlib.crc32(padded[i:i + 3].encode()) % buckets for i in range(len(padded) - 2)]
+
+
+@dataclass(frozen=True)
+class DualEncoderConfig:
+    buckets: int = 4096       # hashed trigram buckets
+    embedding: int = 32       # width of a text's vector
+
+    def to_dict(self):
+        return asdict(self)
+
+
+class DualEncoder(nn.Module):
+    """One encoder for questions and passages: the mean of its texts' trigram embeddings, unit length."""
+    config_class = DualEncoderConfig
+
+    def __init__(self, config: DualEncoderConfig = DualEncoderConfig()):
+        super().__init__()
+        self.config = config
+        self.bag = nn.EmbeddingBag(config.buckets, config.embedding, mode="mean")
+
+    def forward(self, texts: list):
+        ids = [trigrams(t, self.config.buckets) for t in texts]
+        offsets = torch.tensor([0] + [len(i) for i in ids[:-1]]).cumsum(dim=0)
+        return F.normalize(self.bag(torch.tensor([x for i in ids for x in i]), offsets), dim=-1)   # (N, EMBEDDING)
+
+    @torch.no_grad()
+    def search(self, query: str, store: dict, k: int = 1) -> list:
+        keys = list(store)
+        scores = (self([query]) @ self([store[key] for key in keys]).T)[0]
+        best = scores.topk(k).indices.tolist()
+        return [(keys[i], float(scores[i])) for i in best]
+
+
+def contrastive_loss(encoder, pairs: list):
+    """In-batch softmax: each question's own fact is the right class among the batch's facts."""
+    questions, facts = encoder([q for q, _ in pairs]), encoder([f for _, f in pairs])
+    logits = questions @ facts.T / TEMPERATURE                            # (B, B)
+    return F.cross_entropy(logits, torch.arange(len(pairs)))
+
+
+def retrieval_accuracy(search, names, store: dict) -> float:
+    """Share of `names` whose question retrieves (top-1) that person's own line of `store`."""
+    return sum(search(question(name))[0][0] == name for name in names) / len(names)
+
+
+def reader_prompt(passages: list, name: str) -> str:
+    """The retrieved lines, one per line, then the question: what the reader reads.
+
+    >>> reader_prompt(["zukun lives in quila.", "ebot lives in jelka."], "zukun")
+    '\\nzukun lives in quila.\\nebot lives in jelka.\\nq: where does zukun live? a:'
+    """
+    return "".join(f"\n{p}" for p in passages) + "\n" + question(name)
+
+
+def answers(model, prompts: list) -> list:
+    """Greedy completions (up to the newline, 12 characters at most) of every prompt, batched by prompt length."""
+    by_length = {}
+    for i, prompt in enumerate(prompts):
+        by_length.setdefault(len(prompt), []).append(i)
+    found = {}
+    for group in by_length.values():
+        found |= dict(zip(group, evals.generate(model, [prompts[i] for i in group], max_new=12, temperature=0)))
+    return [found[i] for i in range(len(prompts))]
+
+
+def read(model, passages: list, name: str) -> str:
+    """The model's greedy answer to `name`'s question after these passages (" city." when it answers well)."""
+    return answers(model, [reader_prompt(passages, name)])[0]
+
+
+def closed_book_answers(model, names) -> dict:
+    """{name: the model's greedy answer with nothing retrieved}: `evals.fact_completion`'s question, batched."""
+    return dict(zip(names, answers(model, [reader_prompt([], name) for name in names])))
