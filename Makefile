@@ -5,7 +5,7 @@
 # make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
 # make checkpoints  train every missing or stale checkpoint, one process per core
 # make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: about 20 min on 2 cores
-#                   for sections 00-05, and 22 min more for the 12 runs of section 06)
+#                   for sections 00-05, 22 min more for the 12 runs of section 06, 50 min more for the 20 of section 07)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)

@@ -2,7 +2,7 @@
 
 `ablate` returns a copy of a model with some of its parts removed, and
 `WithMask` runs a MaskedTransformer under a fixed kind of mask, so that every
-function written for TinyGPT (`evals.bits_per_char`, `evals.fact_completion`,
+function written for TinyGPT (`evals.bits_per_char`, `answers.fact_completion`,
 `evals.generate`) works on the result unchanged:
 
     >>> from lib.models import TinyGPT

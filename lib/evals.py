@@ -114,7 +114,9 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
 
 
 def fact_completion(model) -> dict:
-    """Greedy answers to `q: where does NAME live? a:` for every person; accuracy and answers."""
+    """Greedy answers to `q: where does NAME live? a:` for every person, one at a time; accuracy and answers.
+    `lib.answers.fact_completion` asks everyone at once and gives the same answers (a test checks); the
+    notebooks use that one."""
     w = world.build_world()
     answers = {name: generate(model, [f"\nq: where does {name} live? a:"], max_new=12, temperature=0)[0]
                for name in w.names}

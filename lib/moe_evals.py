@@ -16,7 +16,7 @@ padding) are cut at the training capacity factor.
 
 import torch
 
-from lib import evals, retrieval, world
+from lib.answers import fact_completion
 from lib.moe import MoEGPT, queue_positions, with_capacity
 from lib.tokenizers import CharTokenizer
 
@@ -61,25 +61,21 @@ def expert_counts_by_class(model, lines: list, layer: int = 0) -> dict:
     """{character class: [how many characters of that class have expert e as first choice, for each e]}, each
     line read on its own after a newline (that newline included)."""
     counts = {name: [0] * model.config.n_experts for name in CLASSES}
-    for line in lines:
-        text = "\n" + line
-        chosen = routing(model, torch.tensor([CHARS.encode(text)]))[layer][0]
-        for ch, expert in zip(text, chosen.tolist()):     # the token at position i is the character text[i]
-            counts[char_class(ch)][expert] += 1
+    by_length = {}
+    for line in lines:                                    # lines of one length go together: no padding to route
+        by_length.setdefault(len(line), []).append("\n" + line)
+    unlimited = with_capacity(model, None)                # a token's route then does not depend on its batch
+    for texts in by_length.values():
+        chosen = routing(unlimited, torch.tensor([CHARS.encode(text) for text in texts]))[layer]
+        for text, row in zip(texts, chosen.tolist()):
+            for ch, expert in zip(text, row):             # the token at position i is the character text[i]
+                counts[char_class(ch)][expert] += 1
     return {name: row for name, row in counts.items() if sum(row)}
 
 
 def fact_accuracy(model) -> float:
-    """Share of the world's people whose city the model answers (`evals.fact_completion`'s question, batched),
-    with no capacity limit."""
-    home = world.build_world().home
-    answers = retrieval.closed_book_answers(with_capacity(model, None), list(home))
-    return sum(answers[name] == f" {city}." for name, city in home.items()) / len(home)
-
-
-def bits_per_char(model) -> float:
-    """`evals.bits_per_char` on the validation lines with no capacity limit."""
-    return evals.bits_per_char(with_capacity(model, None))
+    """`answers.fact_completion`'s accuracy with no capacity limit."""
+    return fact_completion(with_capacity(model, None))["accuracy"]
 
 
 def parameter_counts(model) -> dict:

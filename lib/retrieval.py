@@ -6,7 +6,6 @@ what they find.
     dense = DualEncoder()                                 # char-trigram bags, trained on question/fact pairs
     hits = lexical.search(question("zukun"), k=1)         # [(name, score), ...], best first
     answer = read(reader, [store[n] for n, _ in hits], "zukun")   # " quila."
-    answers(model, prompts)                               # greedy answers, prompts of any lengths at once
 
 A question and its fact share exactly one word, the name.  The question's
 other words (`where`, `does`, ...) are in no line of the store and `lives`,
@@ -32,7 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib import evals, world
+from lib import world
+from lib.answers import answers
 
 TEMPERATURE = 0.05                 # of the in-batch softmax
 
@@ -167,22 +167,11 @@ def reader_prompt(passages: list, name: str) -> str:
     return "".join(f"\n{p}" for p in passages) + "\n" + question(name)
 
 
-def answers(model, prompts: list) -> list:
-    """Greedy completions (up to the newline, 12 characters at most) of every prompt, batched by prompt length."""
-    by_length = {}
-    for i, prompt in enumerate(prompts):
-        by_length.setdefault(len(prompt), []).append(i)
-    found = {}
-    for group in by_length.values():
-        found |= dict(zip(group, evals.generate(model, [prompts[i] for i in group], max_new=12, temperature=0)))
-    return [found[i] for i in range(len(prompts))]
-
-
 def read(model, passages: list, name: str) -> str:
     """The model's greedy answer to `name`'s question after these passages (" city." when it answers well)."""
     return answers(model, [reader_prompt(passages, name)])[0]
 
 
 def closed_book_answers(model, names) -> dict:
-    """{name: the model's greedy answer with nothing retrieved}: `evals.fact_completion`'s question, batched."""
+    """{name: the model's greedy answer with nothing retrieved}: `answers.fact_completion`'s question."""
     return dict(zip(names, answers(model, [reader_prompt([], name) for name in names])))

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from lib import base_model, retrieval, world
+from lib.answers import answers
 from lib.checkpoints import Run, get_or_train
 from lib.evals import CHARS, NEWLINE_CHAR
 from lib.objectives import pad
@@ -83,7 +84,7 @@ def copy_rate(model, names, seed: int = 1) -> float:
     """Share of `names` the reader answers with the city of their (made-up) passage."""
     rng = random.Random(seed)
     examples = [(name, *counterfactual_example(name, rng)) for name in names]
-    got = retrieval.answers(model, [retrieval.reader_prompt(passages, name) for name, passages, _ in examples])
+    got = answers(model, [retrieval.reader_prompt(passages, name) for name, passages, _ in examples])
     return sum(answer == f" {city}." for answer, (_, _, city) in zip(got, examples)) / len(names)
 
 

@@ -13,7 +13,8 @@ LAYERS = [  # bottom first; see the data flow in DESIGN.md
     {"models", "moe"},
     {"objectives", "electra", "ul2"},                                # batches + the forward pass that reads them
     {"train", "checkpoints"},                                        # one fit loop, the checkpoint cache
-    {"evals", "protocols", "probes", "capabilities", "ablations", "ul2_evals", "retrieval", "moe_evals"},   # all measurement
+    {"evals", "answers", "protocols", "probes", "capabilities", "ablations", "ul2_evals", "retrieval",
+     "moe_evals"},                                                   # all measurement
     {"base_model", "experiments", "electra_runs", "recurrent", "tinygpt_variants",
      "ul2_runs", "moe_runs", "retrieval_runs"},      # sections' runs: fit + what they log
     {"schedule", "plots", "widgets"},

@@ -70,13 +70,6 @@ def test_the_contrastive_loss_is_log_batch_for_equal_vectors_and_lower_for_the_t
         assert retrieval.contrastive_loss(encoder, pairs) < 0.1 < retrieval.contrastive_loss(encoder, mismatched)
 
 
-def test_batched_answers_equal_one_at_a_time():
-    model, _ = base_model.load_base_model()
-    prompts = [retrieval.reader_prompt([], n) for n in world.build_world().names[:6]] + ["\n12+30="]
-    one_by_one = [evals.generate(model, [p], max_new=12, temperature=0)[0] for p in prompts]
-    assert retrieval.answers(model, prompts) == one_by_one
-
-
 def test_the_reader_copies_the_retrieved_city_for_people_it_never_was_asked_about():
     reader, log = retrieval_runs.load("reader")
     assert retrieval_runs.copy_rate(reader, retrieval.HELD_OUT_NAMES) == log[-1]["held_out_copy_rate"] == 1.0

@@ -61,8 +61,8 @@ def test_training_runs_on_pinned_kernels_whatever_the_callers_environment(tmp_pa
 
 
 def test_parallel_training_gives_the_checkpoints_of_one_at_a_time(tmp_path):
-    runs = [Run(f"tiny{seed}", dict(TINY, seed=seed), base_model.train_char_lm) for seed in (0, 1, 2)]
-    assert checkpoints.train_missing(runs, processes=2, directory=tmp_path / "parallel") == ["tiny0", "tiny1", "tiny2"]
+    runs = [Run(f"tiny{seed}", dict(TINY, seed=seed), base_model.train_char_lm) for seed in (0, 1)]
+    assert checkpoints.train_missing(runs, processes=2, directory=tmp_path / "parallel") == ["tiny0", "tiny1"]
     for run in runs:
         checkpoints.train_missing([run], processes=1, directory=tmp_path / "alone")
         assert (tmp_path / "parallel" / f"{run.name}.pt").read_bytes() == (tmp_path / "alone" / f"{run.name}.pt").read_bytes()
