@@ -14,10 +14,12 @@ inference in most MoE systems.  Only training batches (windows of text, no
 padding) are cut at the training capacity factor.
 """
 
+from dataclasses import replace
+
 import torch
 
 from lib.answers import fact_completion
-from lib.moe import MoEGPT, queue_positions, with_capacity
+from lib.moe import MoEGPT, expert_capacity, queue_positions, with_capacity
 from lib.tokenizers import CharTokenizer
 
 CHARS = CharTokenizer()
@@ -51,7 +53,7 @@ def dropped_shares(model, windows, factors) -> dict:
         layers = []
         for layer in model.moe_layers():
             chosen = layer.last["chosen"]
-            capacity = -(-factor * layer.config.top_k * len(chosen) // layer.config.n_experts)
+            capacity = expert_capacity(len(chosen), replace(layer.config, capacity_factor=factor))
             layers.append(float((queue_positions(chosen) >= capacity).float().mean()))
         shares[factor] = sum(layers) / len(layers)
     return shares

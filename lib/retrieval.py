@@ -170,8 +170,3 @@ def reader_prompt(passages: list, name: str) -> str:
 def read(model, passages: list, name: str) -> str:
     """The model's greedy answer to `name`'s question after these passages (" city." when it answers well)."""
     return answers(model, [reader_prompt(passages, name)])[0]
-
-
-def closed_book_answers(model, names) -> dict:
-    """{name: the model's greedy answer with nothing retrieved}: `answers.fact_completion`'s question."""
-    return dict(zip(names, answers(model, [reader_prompt([], name) for name in names])))

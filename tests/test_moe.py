@@ -98,7 +98,7 @@ def test_a_dense_layer_is_one_shared_expert():
 
 def test_active_parameters_count_k_of_e_experts():
     counts = MoEGPT(MoEConfig(n_experts=4, top_k=1, expert_hidden=256)).parameter_counts()
-    dense = 109_056
+    dense = models.parameter_count(models.ModelConfig())
     assert counts["active"] == dense + 2 * 4 * 64                     # the dense model plus two routers
     assert counts["total"] == counts["active"] + 2 * 3 * (2 * 64 * 256 + 256 + 64)
 
