@@ -3,14 +3,14 @@
 #               then checks of the built site (Chinese search terms, no duplicate or third-party scripts)
 # make lab      JupyterLab on working copies of the notebooks (_build/lab/), so the committed ones stay as they are
 # make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
-# make checkpoints  train every missing or stale checkpoint, one process per core
-# make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: about 20 min on 2 cores
-#                   for sections 00-05, 22 min more for the 12 runs of section 06, 50 min more for the 20 of section 07)
+# make checkpoints  train every missing or stale checkpoint, one process per core, longest first
+# make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: about 3 h 20 min on
+#                   2 cores for the 107 runs; Ctrl-C and run it again to resume, `make clean` to start over)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 
-NBVAL := BOOK_STATIC_WIDGETS=1 $(PY) -m pytest --nbval --nbval-current-env \
+NBVAL := BOOK_STATIC_WIDGETS=1 $(PY) -m pytest --nbval --nbval-current-env --durations=12 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider book
 # The same arithmetic on other CPU kernels (generic ATen code, MKL's SSE2 branch, oneDNN at SSE4.1):
 # an output that depends on the instruction set fails here on every machine, not only on an unlucky one.
@@ -59,7 +59,6 @@ checkpoints: $(STAMP)
 	$(PY) -m lib.schedule
 
 reproduce: $(STAMP)
-	rm -rf _build/reproduce
 	$(PY) -m lib.schedule --reproduce _build/reproduce
 
 execute: checkpoints

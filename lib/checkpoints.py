@@ -30,6 +30,7 @@ import ast
 import contextlib
 import fcntl
 import hashlib
+import heapq
 import importlib
 import inspect
 import json
@@ -183,17 +184,86 @@ def get_or_train(name: str, config: dict, train_fn, directory: Path = None):
     return loaded
 
 
+TIMES_FILE = "train_seconds.json"  # beside the checkpoints: how long each run took to train, for the next schedule
+
+
+def recorded_seconds(directory: Path = None) -> dict:
+    """{name: {"seconds": wall seconds, "steps": steps}} of the runs last trained into this directory (its
+    train_seconds.json); {} when there is none or it does not read (it only guides the schedule)."""
+    try:
+        return json.loads((Path(directory or CHECKPOINT_DIR) / TIMES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+PER_RUN_KEYS = ("seed", "steps", "eval_every", "lr", "min_lr", "warmup")  # what runs of one kind may differ in
+
+
+def kind_of(run: Run) -> tuple:
+    """Runs of one kind train the same network on the same batches with the same code, so one step costs the
+    same: the train function and the config but for seed, steps, schedule and evaluation interval."""
+    config = {k: v for k, v in run.config.items() if k not in PER_RUN_KEYS}
+    function = (getattr(run.train_fn, "__module__", None), getattr(run.train_fn, "__qualname__", None))
+    return function + (json.dumps(config, sort_keys=True),)
+
+
+def estimated_seconds(runs: list, recorded: dict) -> dict:
+    """{name: seconds} each run is expected to take: its steps at its own recorded seconds per step; else at
+    those of its kind (`kind_of`), or of all recorded runs (0.1 s per step when nothing is recorded).
+
+    >>> r = [Run("a", {"steps": 100, "d": 1}, None), Run("b", {"steps": 300, "d": 1}, None),
+    ...      Run("c", {"steps": 100, "d": 2}, None), Run("e", {"steps": 200, "d": 3}, None)]
+    >>> estimated_seconds(r, {"a": {"seconds": 10.0, "steps": 50}, "c": {"seconds": 50.0, "steps": 100}})
+    {'a': 20.0, 'b': 60.0, 'c': 50.0, 'e': 80.0}
+    """
+    def per_step(group):
+        known = [recorded[run.name] for run in group if run.name in recorded]
+        steps = sum(record["steps"] for record in known)
+        return sum(record["seconds"] for record in known) / steps if steps else None
+
+    overall = per_step(runs) or 0.1
+    kinds = {}
+    for run in runs:
+        kinds.setdefault(kind_of(run), []).append(run)
+    rate = {kind: per_step(group) or overall for kind, group in kinds.items()}
+    return {run.name: run.config.get("steps", 1) * (per_step([run]) or rate[kind_of(run)]) for run in runs}
+
+
+def planned_seconds(seconds: list, processes: int) -> float:
+    """Wall time of running jobs of these durations in this order, each on the first free process.
+
+    >>> planned_seconds([5, 4, 3, 3, 1], 2)
+    8
+    """
+    free = [0] * max(1, processes)
+    for duration in seconds:
+        heapq.heappush(free, heapq.heappop(free) + duration)
+    return max(free)
+
+
 def train_missing(runs: list, processes: int = 2, directory: Path = None) -> list:
     """Train the runs (a list of `Run`) whose checkpoints are missing or stale, each in its own
-    training process, `processes` at a time, longest (most steps) first.  Returns the names trained.
+    training process, `processes` at a time, longest first.  Returns the names trained.
 
-    One run shows its own progress bar; several show one bar over runs.  A run that fails is named
-    with the end of its error output, the others still finish, then a RuntimeError lists the failures."""
-    todo = sorted([run for run in runs if not is_current(run.name, run.config, run.train_fn, directory)],
-                  key=lambda run: -run.config.get("steps", 0))
-    names, running, failures = [run.name for run in todo], [], []
-    bar = tqdm(total=len(todo), desc="training checkpoints", unit="run", file=sys.stderr,
-               disable=len(todo) < 2, mininterval=1.0)
+    How long a run takes is estimated from checkpoints/train_seconds.json (`estimated_seconds`: the wall
+    time of each run when it was last trained, of its kind when it was not); each training process
+    records its run's time in the train_seconds.json of the directory it trains into.  One run shows its own
+    progress bar; several show one bar over the estimated seconds of all of them (runs done / total,
+    time left).  A run that fails is named with the end of its error output, the others still finish,
+    then a RuntimeError lists the failures."""
+    directory = Path(directory or CHECKPOINT_DIR)
+    estimate = estimated_seconds(runs, recorded_seconds())
+    todo = [run for run in runs if not is_current(run.name, run.config, run.train_fn, directory)]
+    todo.sort(key=lambda run: -estimate[run.name])  # longest first: the last runs to start are short ones
+    names, running, failures, done = [run.name for run in todo], [], [], 0.0
+    bar = tqdm(total=round(sum(estimate[name] for name in names)),
+               desc=f"training checkpoints: 0/{len(names)} runs done", file=sys.stderr, disable=len(todo) < 2,
+               mininterval=1.0, smoothing=0,  # time left from the mean rate so far
+               bar_format="{desc}, {percentage:3.0f}% of the work |{bar}| {elapsed} elapsed, {remaining} left")
+    if not bar.disable:
+        plan = planned_seconds([estimate[name] for name in names], processes)
+        print(f"{len(names)} checkpoints to train: about {plan / 60:.0f} min on {max(1, processes)} processes",
+              file=sys.stderr)
     try:
         while todo or running:
             while todo and len(running) < max(1, processes):
@@ -211,7 +281,12 @@ def train_missing(runs: list, processes: int = 2, directory: Path = None) -> lis
                     print(f"training {job['name']!r} failed (exit {job['process'].returncode}):\n"
                           f"{job['log'].read_text(errors='replace')[-2000:]}", file=sys.stderr)
                 job["log"].unlink(missing_ok=True)
-                bar.update()
+                done += estimate[job["name"]]
+                bar.set_description_str(f"training checkpoints: {len(names) - len(todo) - len(running)}/"
+                                        f"{len(names)} runs done", refresh=False)
+            # the work done: finished runs at their estimates, running ones as far as their estimates go
+            bar.update(round(done + sum(min(time.perf_counter() - job["start"], 0.95 * estimate[job["name"]])
+                                        for job in running)) - bar.n)
     finally:  # interrupted: stop the training processes (their locks go with them; nothing half-written is kept)
         for job in running:
             job["process"].kill()
@@ -223,6 +298,18 @@ def train_missing(runs: list, processes: int = 2, directory: Path = None) -> lis
     return names
 
 
+def _record_seconds(directory: Path, name: str, seconds: float, steps: int) -> None:
+    """Add one run's wall time to the directory's train_seconds.json (under its lock, written atomically)."""
+    with _locked(directory / TIMES_FILE):
+        times = dict(recorded_seconds(directory), **{name: {"seconds": round(seconds, 1), "steps": steps}})
+        with tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{TIMES_FILE}.", suffix=".tmp",
+                                         delete=False) as tmp:
+            lines = (f"{json.dumps(run)}: {json.dumps(record)}" for run, record in sorted(times.items()))
+            tmp.write("{\n" + ",\n".join(lines) + "\n}\n")  # one line per run
+        os.chmod(tmp.name, 0o644)
+        os.replace(tmp.name, directory / TIMES_FILE)
+
+
 def _start_training_process(run: Run, directory, quiet: bool) -> dict:
     """Start `python -m lib.checkpoints JOB` with the pinned kernels; its stderr goes to a file."""
     name, config, train_fn = run.name, run.config, run.train_fn
@@ -232,14 +319,14 @@ def _start_training_process(run: Run, directory, quiet: bool) -> dict:
     if module == "__main__" or "<locals>" in train_fn.__qualname__:
         raise ValueError(f"train_fn {train_fn.__qualname__} must be a module-level function of an importable module")
     job = {"name": name, "config": config, "module": module, "function": train_fn.__qualname__,
-           "directory": str(directory or CHECKPOINT_DIR), "sys_path": sys.path}
+           "directory": str(directory or CHECKPOINT_DIR), "sys_path": sys.path, "started_at": time.time()}
     env = dict(os.environ, **TRAINING_KERNELS, **({"TQDM_DISABLE": "1"} if quiet else {}))
     log = Path(tempfile.mkstemp(prefix=f"train-{name}-", suffix=".log")[1])
     with log.open("wb") as stderr:  # the child keeps its own copy of the file descriptor
         process = subprocess.Popen([sys.executable, "-m", "lib.checkpoints", json.dumps(job)], env=env,
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
                                    cwd=Path(__file__).resolve().parent.parent)
-    return {"name": name, "process": process, "log": log, "shown": 0}
+    return {"name": name, "process": process, "log": log, "shown": 0, "start": time.perf_counter()}
 
 
 def _relay(job: dict) -> None:
@@ -270,6 +357,8 @@ def _train_and_save(job: dict) -> None:
             torch.save(saved, tmp)
         os.chmod(tmp.name, 0o644)
         os.replace(tmp.name, path)  # atomic: readers see the old file or the new one, never half of one
+    if "started_at" in job:  # trained here: record the wall time since the process was started, for the next schedule
+        _record_seconds(path.parent, name, time.time() - job["started_at"], config.get("steps", 1))
 
 
 if __name__ == "__main__":

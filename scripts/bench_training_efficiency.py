@@ -1,37 +1,59 @@
-"""Benchmark: how much of one core's float32 matmul peak each kind of training reaches, and the ideal
-time of a cold rebuild of every checkpoint.
+"""Benchmark: how much of one core's float32 matmul peak each kind of training reaches, the ideal time of a
+cold rebuild of every checkpoint, and how close the recorded runs came to it.
 
-    .venv/bin/python scripts/bench_training_efficiency.py [--steps 150] [--cores 2]
+    .venv/bin/python scripts/bench_training_efficiency.py [--steps 60] [--cores 2] [--times DIR]
 
-Runs on the training kernels (`checkpoints.TRAINING_KERNELS`, oneDNN off, one thread), as a training
-process does.  For each kind of training it counts the FLOPs of one step (forward + backward) with
-PyTorch's FlopCounterMode and times steps of the real train function: the difference between a run of
-S + 50 steps and one of 50 steps, so setup and the last evaluation cancel out (evaluations during
-training are switched off here; the notebooks' runs do evaluate, which the ideal below leaves out).
-Every ELECTRA variant of §05 is counted as plain ELECTRA (they differ by a few per cent), and every
-character-level TinyGPT (§02's other seeds, LayerNorm and head variants) as the base model.
-The base model's FLOPs are also given by the usual estimate 6·N·D plus attention.  Run it on a quiet
-machine: timings move with whatever else runs.
+A kind is every run with the same train function and the same config but for seed, steps, schedule and
+evaluation (`checkpoints.kind_of`: 30 kinds for the book's 107 checkpoints).  For each kind, the real train
+function is run a few times on the training kernels (`checkpoints.TRAINING_KERNELS`, oneDNN off, one thread),
+as a training process runs it:
+
+- FLOPs of one step (forward + backward): PyTorch's FlopCounterMode over a run of 2 steps minus a run of 1, so
+  the setup and the last evaluation cancel out.  Attention is counted too (the CPU's fused attention kernel
+  is given the formula PyTorch uses for the GPU ones: 4·B·h·T·S·d forward, twice that and a recompute backward).
+  A kind that changes what it trains mid-run (§05's frozen generator) is counted as it starts.
+- Seconds of one step: a run of S + 20 steps minus a run of 20, over S; evaluations during training switched
+  off (the book's runs do evaluate: that is in the recorded times, not here).
+
+Then the whole book: its training FLOPs over `--cores` cores at the measured peak (the ideal), the same runs at
+the measured step times perfectly packed, and -- from the train_seconds.json in which every training process
+records its run's wall time (`--times`, default checkpoints/) -- what the recorded runs achieved and what every
+checkpoint would take at their speed, longest first.  Run it on a quiet machine: timings move with whatever
+else runs.
 """
 
 import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
-from lib.checkpoints import TRAINING_KERNELS
+from lib.checkpoints import (CHECKPOINT_DIR, TIMES_FILE, TRAINING_KERNELS, estimated_seconds, kind_of,
+                             planned_seconds, recorded_seconds)
 
 QUIET = dict(TRAINING_KERNELS, TQDM_DISABLE="1")  # read when torch and tqdm start: re-run with them set
 if any(os.environ.get(k) != v for k, v in QUIET.items()):
     os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, **QUIET))
 
 import torch  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+from torch.utils import flop_counter  # noqa: E402
 
-from lib import base_model, electra_runs, experiments, objectives, recurrent, schedule  # noqa: E402
-from lib.seeding import seed_everything  # noqa: E402
+from lib import schedule  # noqa: E402
 
 torch.backends.mkldnn.enabled = False
+torch.set_num_threads(1)  # as in every training process (`seeding.seed_everything`)
+
+aten = torch.ops.aten
+
+
+@flop_counter.register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu)
+def _cpu_attention_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(query, key, value)
+
+
+@flop_counter.register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward)
+def _cpu_attention_backward_flops(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
 
 
 def matmul_peak(seconds: float = 1.0) -> float:
@@ -47,85 +69,85 @@ def matmul_peak(seconds: float = 1.0) -> float:
     return best
 
 
-def step_flops(kind: str) -> float:
-    """FLOPs of one training step (forward + backward) of this kind, counted by PyTorch."""
-    if kind == "electra":
-        return electra_runs.step_flops(electra_runs.run_config(kind))
-    if kind not in ("base", "gru"):
-        return experiments.step_flops(experiments.recipe_config(kind))
-    generator = seed_everything(0)
-    if kind == "base":   # the two character-level models: same windows and loss, another network
-        config = base_model.BASE_MODEL
-        model = base_model.models.TinyGPT(base_model.models.ModelConfig(**config["model"]))
-    else:
-        config = recurrent.gru_config()
-        model = recurrent.GRULanguageModel(recurrent.GRUConfig(**config["model"]))
-    text = torch.randint(44, (10_000,), generator=generator)
-    batch = objectives.random_windows(text, config["model"]["context"] + 1, config["batch_size"], generator)
-    with FlopCounterMode(display=False) as counter:
-        objectives.next_token_loss(model, batch).backward()
-    return counter.get_total_flops()
+def six_nd_plus_attention(config: dict) -> float:
+    """The textbook estimate for a character-level TinyGPT's step: 6 · (matmul parameters) · tokens, plus
+    attention's 12·L·T·d per token (forward and backward)."""
+    m = config["model"]
+    V, T, d, L = m["vocab_size"], m["context"], m["d_model"], m["n_layers"]
+    tokens = config["batch_size"] * T
+    return 6 * (L * 12 * d * d + V * d) * tokens + 12 * L * T * d * tokens
 
 
-def six_nd_plus_attention() -> float:
-    """The textbook estimate for the base model: 6 · (matmul parameters) · tokens + attention's 12·L·T·d per token."""
-    config = base_model.models.ModelConfig()
-    V, T, d, L = config.vocab_size, config.context, config.d_model, config.n_layers
-    matmul_parameters = L * 12 * d * d + V * d          # the blocks' matrices and the (tied) output layer
-    tokens = base_model.BASE_MODEL["batch_size"] * T
-    return 6 * matmul_parameters * tokens + 12 * L * T * d * tokens
+def kinds(runs: list) -> dict:
+    """{the first run's name: every run of that kind (`checkpoints.kind_of`)}, in the book's order."""
+    grouped = {}
+    for run in runs:
+        grouped.setdefault(kind_of(run), []).append(run)
+    return {members[0].name: members for members in grouped.values()}
 
 
-def seconds_per_step(kind: str, steps: int) -> float:
-    """Time of one step of the real train function: (run of steps + 50) - (run of 50), over steps."""
-    def run(n):
-        if kind == "base":
-            config = dict(base_model.BASE_MODEL, steps=n, eval_every=10 ** 9)
-            start = time.perf_counter()
-            base_model.train_char_lm(config, desc=kind)
-        elif kind == "gru":
-            config = dict(recurrent.gru_config(), steps=n, eval_every=10 ** 9)
-            start = time.perf_counter()
-            recurrent.train_gru(config, desc=kind)
-        elif kind == "electra":
-            config = dict(electra_runs.run_config(kind, steps=n), eval_every=10 ** 9)
-            start = time.perf_counter()
-            electra_runs.train_variant(config, desc=kind)
-        else:
-            config = dict(experiments.recipe_config(kind, steps=n), eval_every=10 ** 9)
-            start = time.perf_counter()
-            experiments.train_recipe(config, desc=kind)
-        return time.perf_counter() - start
-    return (run(steps + 50) - run(50)) / steps
+def train(run, steps: int) -> float:
+    """Wall seconds of the run's train function for `steps` steps, without evaluations but the last."""
+    start = time.perf_counter()
+    run.train_fn(dict(run.config, steps=steps, eval_every=10 ** 9), desc=run.name)
+    return time.perf_counter() - start
 
 
-def kind_of(run) -> str:
-    """Which measured kind a checkpoint's run is: a character-level TinyGPT ("base"), §02's GRU, a §04 recipe,
-    or ELECTRA (every variant of §05 counted as plain ELECTRA; §05's BERT as §04's)."""
-    if run.config.get("architecture") == "GRU":
-        return "gru"
-    return "electra" if "electra" in run.config else run.config.get("recipe", "base")
+def step_flops(run) -> float:
+    """FLOPs of one training step of this run (see the module docstring)."""
+    counts = []
+    for steps in (1, 2):
+        with flop_counter.FlopCounterMode(display=False) as counter:
+            train(run, steps)
+        counts.append(counter.get_total_flops())
+    return counts[1] - counts[0]
+
+
+def seconds_per_step(run, steps: int) -> float:
+    return (train(run, steps + 20) - train(run, 20)) / steps
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150, help="timed steps per kind")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per kind")
     parser.add_argument("--cores", type=int, default=os.cpu_count(), help="cores of the ideal rebuild")
+    parser.add_argument("--times", type=Path, default=CHECKPOINT_DIR,
+                        help="folder whose train_seconds.json records a rebuild (default: checkpoints/)")
     args = parser.parse_args()
+    runs = schedule.book_runs()
+    recorded = recorded_seconds(args.times)
     peak = matmul_peak()
     print(f"single-thread float32 matmul peak: {peak:.1f} GFLOP/s (training kernels {TRAINING_KERNELS})")
-    print(f"base model, 6ND + attention: {six_nd_plus_attention() / 1e9:.3f} GFLOP/step")
-    flops, seconds = {}, {}
-    for kind in ["base", "gru"] + list(experiments.RECIPES) + ["electra"]:
-        flops[kind], seconds[kind] = step_flops(kind), seconds_per_step(kind, args.steps)
-        achieved = flops[kind] / seconds[kind] / 1e9
-        print(f"{kind:10} {flops[kind] / 1e9:6.3f} GFLOP/step (counted)  {seconds[kind] * 1000:6.1f} ms/step  "
-              f"{achieved:5.1f} GFLOP/s = {achieved / peak:5.1%} of peak")
-    total_flops = sum(run.config["steps"] * flops[kind_of(run)] for run in schedule.book_runs())
-    total_steps_time = sum(run.config["steps"] * seconds[kind_of(run)] for run in schedule.book_runs())
-    print(f"every checkpoint ({len(schedule.book_runs())} runs): {total_flops / 1e12:.2f} TFLOP; ideal on "
-          f"{args.cores} cores at the peak {total_flops / (args.cores * peak * 1e9):.0f} s; at the measured step "
-          f"times, perfectly packed and without evaluations {total_steps_time / args.cores:.0f} s")
+    print(f"the base model's step by 6·N·D + attention: {six_nd_plus_attention(runs[0].config) / 1e9:.3f} GFLOP "
+          f"(counted below: {step_flops(runs[0]) / 1e9:.3f})")
+    print(f"{'kind':24} {'runs':>4} {'steps':>7} {'GFLOP/step':>10} {'ms/step':>8} {'of peak':>8}   "
+          f"{'rebuild s':>9} {'of peak':>8}")
+    total = {"flops": 0.0, "step_seconds": 0.0, "recorded": 0.0, "recorded_flops": 0.0}
+    for name, members in kinds(runs).items():
+        flops, seconds = step_flops(members[0]), seconds_per_step(members[0], args.steps)
+        steps = sum(run.config["steps"] for run in members)
+        total["flops"] += steps * flops
+        total["step_seconds"] += steps * seconds
+        timed = [recorded[run.name] for run in members if run.name in recorded]
+        wall, timed_flops = sum(r["seconds"] for r in timed), sum(r["steps"] for r in timed) * flops
+        total["recorded"] += wall
+        total["recorded_flops"] += timed_flops
+        print(f"{name:24} {len(members):4} {steps:7} {flops / 1e9:10.3f} {seconds * 1000:8.1f} "
+              f"{flops / seconds / 1e9 / peak:8.1%}   {wall:9.0f} "
+              f"{timed_flops / wall / 1e9 / peak if timed else float('nan'):8.1%}", flush=True)
+    ideal = total["flops"] / (args.cores * peak * 1e9)
+    print(f"every checkpoint ({len(runs)} runs): {total['flops'] / 1e12:.2f} TFLOP; ideal on {args.cores} cores at "
+          f"the peak: {ideal:.0f} s; at the measured step times, perfectly packed and without evaluations: "
+          f"{total['step_seconds'] / args.cores:.0f} s ({total['step_seconds'] / args.cores / ideal:.2f}x the ideal)")
+    if recorded:
+        subset_ideal = total["recorded_flops"] / (args.cores * peak * 1e9)
+        planned = planned_seconds(sorted(estimated_seconds(runs, recorded).values(), reverse=True), args.cores)
+        print(f"recorded runs ({args.times / TIMES_FILE}: {len(recorded)}): wall times {total['recorded']:.0f} s in "
+              f"all, {total['recorded_flops'] / total['recorded'] / 1e9 / peak:.1%} of one core's peak per process; "
+              f"perfectly packed on {args.cores} cores {total['recorded'] / args.cores:.0f} s = "
+              f"{total['recorded'] / args.cores / subset_ideal:.2f}x their ideal ({subset_ideal:.0f} s)")
+        print(f"every checkpoint at those runs' (and their kinds') recorded speed, longest first on {args.cores} "
+              f"processes: {planned:.0f} s = {planned / ideal:.2f}x the ideal")
 
 
 if __name__ == "__main__":

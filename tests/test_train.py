@@ -1,19 +1,31 @@
 """Training is bit-reproducible; the checkpoint cache retrains exactly when it must."""
 
+import contextlib
+import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from lib import base_model, checkpoints
+from lib import base_model, checkpoints, schedule
 from lib.checkpoints import Run
 
 TINY = dict(base_model.BASE_MODEL, model=dict(vocab_size=44, context=96, d_model=16, n_layers=1, n_heads=2),
             steps=40, batch_size=8, eval_every=20)
+
+
+@pytest.fixture(scope="module")
+def trained_tiny(tmp_path_factory) -> Path:
+    """A folder holding checkpoint tiny.pt of TINY, trained once (a training process costs seconds to start)."""
+    directory = tmp_path_factory.mktemp("trained")
+    checkpoints.get_or_train("tiny", TINY, base_model.train_char_lm, directory)
+    return directory
 
 
 def test_two_trainings_from_scratch_are_bit_identical():
@@ -48,25 +60,61 @@ def test_checkpoint_is_reused_then_retrained_when_corrupt_or_stale(tmp_path, cap
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_training_runs_on_pinned_kernels_whatever_the_callers_environment(tmp_path):
+def test_training_runs_on_pinned_kernels_whatever_the_callers_environment(tmp_path, trained_tiny):
     """The same checkpoint, asked for from a process started on other CPU kernels (the generic
     ATen and MKL code, oneDNN limited to SSE4.1): without the pin its weights differ."""
-    checkpoints.get_or_train("tiny", TINY, base_model.train_char_lm, tmp_path / "native")
     other = dict(os.environ, ATEN_CPU_CAPABILITY="default", MKL_CBWR="COMPATIBLE", ONEDNN_MAX_CPU_ISA="SSE41")
     code = ("import sys; from pathlib import Path; from lib import base_model, checkpoints; "
             f"checkpoints.get_or_train('tiny', {TINY!r}, base_model.train_char_lm, Path(sys.argv[1]))")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "other")], env=other, check=True,
                    cwd=Path(checkpoints.__file__).parent.parent, capture_output=True)
-    assert (tmp_path / "other" / "tiny.pt").read_bytes() == (tmp_path / "native" / "tiny.pt").read_bytes()
+    assert (tmp_path / "other" / "tiny.pt").read_bytes() == (trained_tiny / "tiny.pt").read_bytes()
 
 
-def test_parallel_training_gives_the_checkpoints_of_one_at_a_time(tmp_path):
+def test_parallel_training_gives_the_checkpoints_of_one_at_a_time(tmp_path, trained_tiny):
     runs = [Run(f"tiny{seed}", dict(TINY, seed=seed), base_model.train_char_lm) for seed in (0, 1)]
     assert checkpoints.train_missing(runs, processes=2, directory=tmp_path / "parallel") == ["tiny0", "tiny1"]
-    for run in runs:
-        checkpoints.train_missing([run], processes=1, directory=tmp_path / "alone")
-        assert (tmp_path / "parallel" / f"{run.name}.pt").read_bytes() == (tmp_path / "alone" / f"{run.name}.pt").read_bytes()
+    assert set(checkpoints.recorded_seconds(tmp_path / "parallel")) == {"tiny0", "tiny1"}  # for the next schedule
+    checkpoints.train_missing(runs[1:], processes=1, directory=tmp_path / "alone")
+    # seed 0 is TINY itself, trained alone by the fixture (under another name: compare weights, log and key)
+    assert schedule.same_checkpoint(tmp_path / "parallel" / "tiny0.pt", trained_tiny / "tiny.pt")
+    assert (tmp_path / "parallel" / "tiny1.pt").read_bytes() == (tmp_path / "alone" / "tiny1.pt").read_bytes()
     assert checkpoints.train_missing(runs, directory=tmp_path / "parallel") == []  # all current: nothing trained
+
+
+def test_an_interrupted_schedule_stops_its_runs_and_keeps_nothing_half_written(tmp_path):
+    """Ctrl-C while two runs train: both training processes stop, their logs are removed, no partial file is
+    left, the locks are free, and the unfinished runs are simply missing (the next schedule trains them)."""
+    (tmp_path / "logs").mkdir()
+    code = ("import signal, sys; from pathlib import Path; from lib import base_model, checkpoints; "
+            "signal.signal(signal.SIGINT, signal.default_int_handler); "  # `make test` runs us with SIGINT ignored
+            f"runs = [checkpoints.Run(f'tiny{{s}}', dict({TINY!r}, seed=s, steps=10 ** 6), base_model.train_char_lm) "
+            "for s in (0, 1)]; checkpoints.train_missing(runs, 2, Path(sys.argv[1]))")
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out")], stderr=subprocess.PIPE,
+                              cwd=Path(checkpoints.__file__).parent.parent, start_new_session=True,
+                              env=dict(os.environ, TMPDIR=str(tmp_path / "logs")))
+
+    def training():
+        pattern = f"lib[.]checkpoints .*{tmp_path / 'out'}"  # the training processes' command lines
+        return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("out/*.lock"))) < 2 and time.monotonic() < deadline:  # both runs are training
+            time.sleep(0.2)
+        time.sleep(1)
+        assert len(training()) == 2
+        parent.send_signal(signal.SIGINT)
+        assert "KeyboardInterrupt" in parent.communicate(timeout=60)[1].decode()
+        assert training() == []
+        assert [p.name for p in (tmp_path / "out").iterdir() if p.suffix != ".lock"] == []
+        assert list((tmp_path / "logs").iterdir()) == []
+        for lock in (tmp_path / "out").glob("*.lock"):
+            with open(lock) as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if a lock were still held
+    finally:  # whatever failed above, leave no process behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
 
 
 def failing_train(config, desc):
@@ -79,6 +127,18 @@ def test_a_failing_run_is_named_and_the_others_are_kept(tmp_path, capsys):
         checkpoints.train_missing(runs, processes=2, directory=tmp_path)
     assert "this run is broken" in capsys.readouterr().err
     assert checkpoints.is_current("fine", TINY, base_model.train_char_lm, tmp_path)
+
+
+def test_same_checkpoint_compares_weights_log_and_key_bit_for_bit(tmp_path):
+    saved = {"key": "k", "state_dict": {"w": torch.tensor([1.0, 2.0])},
+             "log": [{"step": 50, "recall": float("nan"), "loss": 0.1 + 0.2}]}
+    torch.save(saved, tmp_path / "a.pt")
+    torch.save(saved, tmp_path / "b.pt")  # a NaN in the log (a share of nothing) is the same NaN
+    assert schedule.same_checkpoint(tmp_path / "a.pt", tmp_path / "b.pt")
+    for changed in ({"log": [{"step": 50, "recall": float("nan"), "loss": 0.3}]},  # 0.1 + 0.2 != 0.3
+                    {"state_dict": {"w": torch.tensor([1.0, 2.0 + 2 ** -22])}}, {"key": "j"}):
+        torch.save(dict(saved, **changed), tmp_path / "b.pt")
+        assert not schedule.same_checkpoint(tmp_path / "a.pt", tmp_path / "b.pt")
 
 
 def test_checkpoint_key_ignores_comments_and_docstrings_but_not_code(tmp_path):
@@ -97,25 +157,22 @@ def test_checkpoint_key_covers_exactly_the_lib_modules_training_imports():
                      "tokenizers.py", "train.py", "world.py"}
 
 
-def test_is_current_says_whether_get_or_train_would_load(tmp_path):
+def test_is_current_says_whether_get_or_train_would_load(tmp_path, trained_tiny):
     assert not checkpoints.is_current("tiny", TINY, base_model.train_char_lm, tmp_path)
-    checkpoints.get_or_train("tiny", TINY, base_model.train_char_lm, tmp_path)
-    assert checkpoints.is_current("tiny", TINY, base_model.train_char_lm, tmp_path)
-    assert not checkpoints.is_current("tiny", dict(TINY, steps=41), base_model.train_char_lm, tmp_path)
+    assert checkpoints.is_current("tiny", TINY, base_model.train_char_lm, trained_tiny)
+    assert not checkpoints.is_current("tiny", dict(TINY, steps=41), base_model.train_char_lm, trained_tiny)
 
 
-def test_checking_or_loading_leaves_the_global_random_state_alone(tmp_path):
-    checkpoints.get_or_train("tiny", TINY, base_model.train_char_lm, tmp_path)
+def test_checking_or_loading_leaves_the_global_random_state_alone(trained_tiny):
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
-    checkpoints.is_current("tiny", TINY, base_model.train_char_lm, tmp_path)
-    checkpoints.get_or_train("tiny", TINY, base_model.train_char_lm, tmp_path)
+    checkpoints.is_current("tiny", TINY, base_model.train_char_lm, trained_tiny)
+    checkpoints.get_or_train("tiny", TINY, base_model.train_char_lm, trained_tiny)
     assert torch.equal(torch.rand(3), expected)
 
 
 def test_the_committed_checkpoints_are_exactly_the_declared_runs_and_current():
-    from lib import schedule
     runs = schedule.book_runs()
     assert sorted(run.name for run in runs) == sorted(p.stem for p in checkpoints.CHECKPOINT_DIR.glob("*.pt"))
     stale = [run.name for run in runs if not checkpoints.is_current(run.name, run.config, run.train_fn)]
