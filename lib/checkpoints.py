@@ -298,16 +298,22 @@ def train_missing(runs: list, processes: int = 2, directory: Path = None) -> lis
     return names
 
 
+def _write_atomically(path: Path, write, mode: str = "wb") -> None:
+    """write(file) into a temporary file beside path, then rename it onto path: readers see the old file or
+    the new one, never half of one."""
+    with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
+                                     delete=False) as tmp:
+        write(tmp)
+    os.chmod(tmp.name, 0o644)
+    os.replace(tmp.name, path)
+
+
 def _record_seconds(directory: Path, name: str, seconds: float, steps: int) -> None:
-    """Add one run's wall time to the directory's train_seconds.json (under its lock, written atomically)."""
+    """Add one run's wall time to the directory's train_seconds.json (under its lock), one line per run."""
     with _locked(directory / TIMES_FILE):
-        times = dict(recorded_seconds(directory), **{name: {"seconds": round(seconds, 1), "steps": steps}})
-        with tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{TIMES_FILE}.", suffix=".tmp",
-                                         delete=False) as tmp:
-            lines = (f"{json.dumps(run)}: {json.dumps(record)}" for run, record in sorted(times.items()))
-            tmp.write("{\n" + ",\n".join(lines) + "\n}\n")  # one line per run
-        os.chmod(tmp.name, 0o644)
-        os.replace(tmp.name, directory / TIMES_FILE)
+        times = {**recorded_seconds(directory), name: {"seconds": round(seconds, 1), "steps": steps}}
+        lines = (f"{json.dumps(run)}: {json.dumps(record)}" for run, record in sorted(times.items()))
+        _write_atomically(directory / TIMES_FILE, lambda f: f.write("{\n" + ",\n".join(lines) + "\n}\n"), "w")
 
 
 def _start_training_process(run: Run, directory, quiet: bool) -> dict:
@@ -353,12 +359,9 @@ def _train_and_save(job: dict) -> None:
         model, log = train_fn(config, desc=name)
         saved = {"key": key, "name": name, "config": config, "model_class": _class_name(model),
                  "model_config": model.config.to_dict(), "state_dict": model.state_dict(), "log": log}
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{name}.", suffix=".tmp", delete=False) as tmp:
-            torch.save(saved, tmp)
-        os.chmod(tmp.name, 0o644)
-        os.replace(tmp.name, path)  # atomic: readers see the old file or the new one, never half of one
-    if "started_at" in job:  # trained here: record the wall time since the process was started, for the next schedule
-        _record_seconds(path.parent, name, time.time() - job["started_at"], config.get("steps", 1))
+        _write_atomically(path, lambda f: torch.save(saved, f))
+    # trained here (not loaded above): the wall time since this process was started, for the next schedule
+    _record_seconds(path.parent, name, time.time() - job["started_at"], config.get("steps", 1))
 
 
 if __name__ == "__main__":
