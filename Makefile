@@ -10,12 +10,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 
-NBVAL := BOOK_STATIC_WIDGETS=1 $(PY) -m pytest --nbval --nbval-current-env --durations=12 \
-	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider book
-# The same arithmetic on other CPU kernels (generic ATen code, MKL's SSE2 branch, oneDNN at SSE4.1):
-# an output that depends on the instruction set fails here on every machine, not only on an unlucky one.
-OTHER_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
-
 .PHONY: book test lab execute checkpoints reproduce clean
 
 $(STAMP): requirements.txt
@@ -29,25 +23,10 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --quiet
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-# Two lanes, one per core, of about equal length: the unit tests then nbval on this machine's kernels;
-# beside them nbval on the other kernels (the slower one).  The book build renders the committed outputs, so it
-# needs none of them: it runs beside both lanes and fills the time a core would otherwise wait for the slower
-# lane.  Each log is printed whole when it failed.
+# Unit tests, nbval of each notebook on this machine's kernels and on other ones, and the book build (it renders
+# the committed outputs): independent jobs, one per core, longest first (scripts/run_checks.py).
 test: $(STAMP)
-	@mkdir -p _build
-	@echo "unit tests, then nbval on this machine's kernels; beside them nbval on other kernels, and the book build"
-	@rm -rf _build/html; \
-	( $(VENV)/bin/jupyter-book build . -W -n --keep-going --quiet > _build/book.log 2>&1; echo $$? > _build/book.rc ) & book=$$!; \
-	( $(PY) -m pytest tests lib > _build/unit.log 2>&1; echo $$? > _build/unit.rc; \
-	   $(NBVAL) > _build/nbval.log 2>&1 ) & pid=$$!; \
-	$(OTHER_KERNELS) $(NBVAL) > _build/nbval-other-kernels.log 2>&1; other=$$?; \
-	wait $$pid; native=$$?; wait $$book; unit=$$(cat _build/unit.rc); built=$$(cat _build/book.rc); \
-	for log in unit nbval nbval-other-kernels book; do echo "== _build/$$log.log"; grep . _build/$$log.log | tail -n 1; done; \
-	if [ $$unit != 0 ]; then cat _build/unit.log; fi; \
-	if [ $$native != 0 ]; then cat _build/nbval.log; fi; \
-	if [ $$other != 0 ]; then cat _build/nbval-other-kernels.log; fi; \
-	if [ $$built != 0 ]; then cat _build/book.log; fi; \
-	test $$unit = 0 -a $$native = 0 -a $$other = 0 -a $$built = 0
+	$(PY) scripts/run_checks.py
 	$(PY) scripts/check_search_index.py
 	$(PY) scripts/check_page_scripts.py
 	@echo "All checks passed; the book is at $(CURDIR)/_build/html/index.html"

@@ -8,24 +8,33 @@ evaluation (`checkpoints.kind_of`: 30 kinds for the book's 107 checkpoints).  Fo
 function is run a few times on the training kernels (`checkpoints.TRAINING_KERNELS`, oneDNN off, one thread),
 as a training process runs it:
 
-- FLOPs of one step (forward + backward): PyTorch's FlopCounterMode over a run of 2 steps minus a run of 1, so
-  the setup and the last evaluation cancel out.  Attention is counted too (the CPU's fused attention kernel
-  is given the formula PyTorch uses for the GPU ones: 4·B·h·T·S·d forward, twice that and a recompute backward).
+- FLOPs of one step (forward + backward): PyTorch's FlopCounterMode over a run of 2 steps minus a run of 1, each
+  read right after its last optimizer step, so the setup cancels out and the evaluation after the last step
+  (whose shapes can depend on the weights: an MoE's routing) is not counted.  Attention is counted too (the
+  CPU's fused attention kernel is given the formula PyTorch uses for the GPU ones: 4·B·h·T·S·d forward, twice
+  that and a recompute backward).
   A kind that changes what it trains mid-run (§05's frozen generator) is counted as it starts.
 - Seconds of one step: a run of S + 20 steps minus a run of 20, over S; evaluations during training switched
   off (the book's runs do evaluate: that is in the recorded times, not here).
+- The compute floor of one step: the FLOP-counted calls of that step (its matrix products and fused attention,
+  recorded with their shapes, strides and dtypes while the FLOPs are counted) replayed on their own, on random
+  inputs (one tensor per description, so they stay in cache), best of 5; the replay's FLOPs are checked against
+  the count.  It is what these calls cost with nothing around them: fusing the rest of the step, fewer
+  Python-level steps or another optimizer cannot go below it.  Other calls could (several models' matrices
+  stacked into one call, other kernels): `scripts/bench_levers.py` measures those.
 
 Then the whole book: its training FLOPs over `--cores` cores at the measured peak (the ideal), the same runs at
-the measured step times perfectly packed, and -- from the train_seconds.json in which every training process
-records its run's wall time (`--times`, default checkpoints/) -- what the recorded runs achieved and what every
-checkpoint would take at their speed, longest first.  Run it on a quiet machine: timings move with whatever
-else runs.
+their compute floors and at the measured step times, perfectly packed, and -- from the train_seconds.json in
+which every training process records its run's wall time (`--times`, default checkpoints/) -- what the
+recorded runs achieved and what every checkpoint would take at their speed, longest first.  Run it on a quiet
+machine: timings move with whatever else runs.
 """
 
 import argparse
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from lib.checkpoints import (CHECKPOINT_DIR, TIMES_FILE, TRAINING_KERNELS, estimated_seconds, kind_of,
@@ -36,7 +45,9 @@ if any(os.environ.get(k) != v for k, v in QUIET.items()):
     os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, **QUIET))
 
 import torch  # noqa: E402
+from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
 from torch.utils import flop_counter  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from lib import schedule  # noqa: E402
 
@@ -69,6 +80,58 @@ def matmul_peak(seconds: float = 1.0) -> float:
     return best
 
 
+def _described(x):
+    if isinstance(x, list):
+        return tuple(map(_described, x))
+    return ("tensor", tuple(x.shape), x.stride(), x.dtype) if isinstance(x, torch.Tensor) else x
+
+
+class ComputeRecorder(TorchDispatchMode):
+    """Counts the calls of every operation FlopCounterMode counts FLOPs of, by their inputs' description
+    (shape, strides, dtype; other arguments as they are), so that they can be replayed on their own."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func._overloadpacket in flop_counter.flop_registry:
+            self.calls[func, tuple(map(_described, args)),
+                       tuple((k, _described(v)) for k, v in sorted(kwargs.items()))] += 1
+        return func(*args, **kwargs)
+
+
+def _made(x, made: dict, name: str = ""):
+    """A random tensor as `_described` describes it (an attention mask that hides nothing; the same tensor for
+    the same description, from `made`), else x itself."""
+    if not (isinstance(x, tuple) and x and x[0] == "tensor"):
+        return x
+    if (x, name == "attn_mask") not in made:
+        _, shape, stride, dtype = x
+        storage = torch.empty(1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0, dtype=dtype)
+        if dtype.is_floating_point and name != "attn_mask":
+            storage.normal_(0.0, 0.1)
+        else:
+            storage.fill_(True) if dtype == torch.bool else storage.zero_()
+        made[x, name == "attn_mask"] = storage.as_strided(shape, stride)
+    return made[x, name == "attn_mask"]
+
+
+def replay_seconds(calls: Counter, repeats: int = 5) -> float:
+    """Best wall seconds, over `repeats`, of running every recorded call once more on random inputs."""
+    made = {}
+    prepared = [(func, [_made(a, made) for a in args], {k: _made(v, made, k) for k, v in kwargs})
+                for (func, args, kwargs), n in calls.items() for _ in range(n)]
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for func, args, kwargs in prepared:
+            func(*args, **kwargs)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def six_nd_plus_attention(config: dict) -> float:
     """The textbook estimate for a character-level TinyGPT's step: 6 · (matmul parameters) · tokens, plus
     attention's 12·L·T·d per token (forward and backward)."""
@@ -93,14 +156,31 @@ def train(run, steps: int) -> float:
     return time.perf_counter() - start
 
 
-def step_flops(run) -> float:
-    """FLOPs of one training step of this run (see the module docstring)."""
-    counts = []
+def step_compute(run) -> tuple:
+    """(FLOPs of one training step of this run, the step's FLOP-counted calls); see the module docstring."""
+    after_last_step = []
     for steps in (1, 2):
-        with flop_counter.FlopCounterMode(display=False) as counter:
-            train(run, steps)
-        counts.append(counter.get_total_flops())
-    return counts[1] - counts[0]
+        with flop_counter.FlopCounterMode(display=False) as counter, ComputeRecorder() as recorder:
+            seen = {}
+            handle = register_optimizer_step_post_hook(
+                lambda optimizer, args, kwargs: seen.update(flops=counter.get_total_flops(),
+                                                            calls=recorder.calls.copy()))
+            try:
+                train(run, steps)
+            finally:
+                handle.remove()
+        after_last_step.append(seen)
+    first, second = after_last_step
+    return second["flops"] - first["flops"], second["calls"] - first["calls"]
+
+
+def floor_seconds(flops: float, calls: Counter) -> float:
+    """`replay_seconds` of one step's calls, after checking that the replay does the step's FLOPs."""
+    with flop_counter.FlopCounterMode(display=False) as replayed:
+        replay_seconds(calls, repeats=1)
+    if replayed.get_total_flops() != flops:
+        raise RuntimeError(f"the replay does {replayed.get_total_flops()} FLOPs, the step {flops}")
+    return replay_seconds(calls)
 
 
 def seconds_per_step(run, steps: int) -> float:
@@ -118,27 +198,34 @@ def main():
     recorded = recorded_seconds(args.times)
     peak = matmul_peak()
     print(f"single-thread float32 matmul peak: {peak:.1f} GFLOP/s (training kernels {TRAINING_KERNELS})")
+    computed = {name: step_compute(members[0]) for name, members in kinds(runs).items()}
     print(f"the base model's step by 6·N·D + attention: {six_nd_plus_attention(runs[0].config) / 1e9:.3f} GFLOP "
-          f"(counted below: {step_flops(runs[0]) / 1e9:.3f})")
-    print(f"{'kind':24} {'runs':>4} {'steps':>7} {'GFLOP/step':>10} {'ms/step':>8} {'of peak':>8}   "
-          f"{'rebuild s':>9} {'of peak':>8}")
-    total = {"flops": 0.0, "step_seconds": 0.0, "recorded": 0.0, "recorded_flops": 0.0}
+          f"(counted below: {computed[runs[0].name][0] / 1e9:.3f})")
+    print("per step: its FLOPs, the compute floor (those operations alone) and the whole step; per rebuild: the "
+          "recorded runs' wall times")
+    print(f"{'kind':24} {'runs':>4} {'steps':>7} {'GFLOP/step':>10} {'floor ms':>8} {'of peak':>8} {'ms/step':>8} "
+          f"{'of peak':>8}   {'rebuild s':>9} {'of peak':>8}")
+    total = {"flops": 0.0, "floor_seconds": 0.0, "step_seconds": 0.0, "recorded": 0.0, "recorded_flops": 0.0}
     for name, members in kinds(runs).items():
-        flops, seconds = step_flops(members[0]), seconds_per_step(members[0], args.steps)
+        (flops, calls), seconds = computed[name], seconds_per_step(members[0], args.steps)
+        floor = floor_seconds(flops, calls)
         steps = sum(run.config["steps"] for run in members)
         total["flops"] += steps * flops
+        total["floor_seconds"] += steps * floor
         total["step_seconds"] += steps * seconds
         timed = [recorded[run.name] for run in members if run.name in recorded]
         wall, timed_flops = sum(r["seconds"] for r in timed), sum(r["steps"] for r in timed) * flops
         total["recorded"] += wall
         total["recorded_flops"] += timed_flops
-        print(f"{name:24} {len(members):4} {steps:7} {flops / 1e9:10.3f} {seconds * 1000:8.1f} "
-              f"{flops / seconds / 1e9 / peak:8.1%}   {wall:9.0f} "
-              f"{timed_flops / wall / 1e9 / peak if timed else float('nan'):8.1%}", flush=True)
+        print(f"{name:24} {len(members):4} {steps:7} {flops / 1e9:10.3f} {floor * 1000:8.1f} "
+              f"{flops / floor / 1e9 / peak:8.1%} {seconds * 1000:8.1f} {flops / seconds / 1e9 / peak:8.1%}   "
+              f"{wall:9.0f} {timed_flops / wall / 1e9 / peak if timed else float('nan'):8.1%}", flush=True)
     ideal = total["flops"] / (args.cores * peak * 1e9)
     print(f"every checkpoint ({len(runs)} runs): {total['flops'] / 1e12:.2f} TFLOP; ideal on {args.cores} cores at "
-          f"the peak: {ideal:.0f} s; at the measured step times, perfectly packed and without evaluations: "
-          f"{total['step_seconds'] / args.cores:.0f} s ({total['step_seconds'] / args.cores / ideal:.2f}x the ideal)")
+          f"the peak: {ideal:.0f} s; perfectly packed and without evaluations, at the compute floor: "
+          f"{total['floor_seconds'] / args.cores:.0f} s ({total['floor_seconds'] / args.cores / ideal:.2f}x the "
+          f"ideal), at the measured step times: {total['step_seconds'] / args.cores:.0f} s "
+          f"({total['step_seconds'] / args.cores / ideal:.2f}x)")
     if recorded:
         subset_ideal = total["recorded_flops"] / (args.cores * peak * 1e9)
         planned = planned_seconds(sorted(estimated_seconds(runs, recorded).values(), reverse=True), args.cores)

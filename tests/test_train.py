@@ -87,7 +87,7 @@ def test_an_interrupted_schedule_stops_its_runs_and_keeps_nothing_half_written(t
     left, the locks are free, and the unfinished runs are simply missing (the next schedule trains them)."""
     (tmp_path / "logs").mkdir()
     code = ("import signal, sys; from pathlib import Path; from lib import base_model, checkpoints; "
-            "signal.signal(signal.SIGINT, signal.default_int_handler); "  # `make test` runs us with SIGINT ignored
+            "signal.signal(signal.SIGINT, signal.default_int_handler); "  # a background job starts with SIGINT ignored
             f"runs = [checkpoints.Run(f'tiny{{s}}', dict({TINY!r}, seed=s, steps=10 ** 6), base_model.train_char_lm) "
             "for s in (0, 1)]; checkpoints.train_missing(runs, 2, Path(sys.argv[1]))")
     parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out")], stderr=subprocess.PIPE,
