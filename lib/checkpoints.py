@@ -191,9 +191,11 @@ def recorded_seconds(directory: Path = None) -> dict:
     """{name: {"seconds": wall seconds, "steps": steps}} of the runs last trained into this directory (its
     train_seconds.json); {} when there is none or it does not read (it only guides the schedule)."""
     try:
-        return json.loads((Path(directory or CHECKPOINT_DIR) / TIMES_FILE).read_text())
+        times = json.loads((Path(directory or CHECKPOINT_DIR) / TIMES_FILE).read_text())
     except (OSError, ValueError):
         return {}
+    return {name: record for name, record in times.items()  # a line of another form (an older file) is dropped
+            if isinstance(record, dict) and {"seconds", "steps"} <= record.keys()}
 
 
 PER_RUN_KEYS = ("seed", "steps", "eval_every", "lr", "min_lr", "warmup")  # what runs of one kind may differ in
@@ -256,14 +258,14 @@ def train_missing(runs: list, processes: int = 2, directory: Path = None) -> lis
     todo = [run for run in runs if not is_current(run.name, run.config, run.train_fn, directory)]
     todo.sort(key=lambda run: -estimate[run.name])  # longest first: the last runs to start are short ones
     names, running, failures, done = [run.name for run in todo], [], [], 0.0
+    if len(todo) > 1:  # the plan, then one bar for all the runs (a single run shows its own bar)
+        plan = planned_seconds([estimate[name] for name in names], processes)
+        print(f"{len(names)} checkpoints to train: about {plan / 60:.0f} min on {max(1, processes)} processes",
+              file=sys.stderr)
     bar = tqdm(total=round(sum(estimate[name] for name in names)),
                desc=f"training checkpoints: 0/{len(names)} runs done", file=sys.stderr, disable=len(todo) < 2,
                mininterval=1.0, smoothing=0,  # time left from the mean rate so far
                bar_format="{desc}, {percentage:3.0f}% of the work |{bar}| {elapsed} elapsed, {remaining} left")
-    if not bar.disable:
-        plan = planned_seconds([estimate[name] for name in names], processes)
-        print(f"{len(names)} checkpoints to train: about {plan / 60:.0f} min on {max(1, processes)} processes",
-              file=sys.stderr)
     try:
         while todo or running:
             while todo and len(running) < max(1, processes):

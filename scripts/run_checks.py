@@ -87,18 +87,19 @@ def run(processes: int, only=None) -> bool:
                     continue
                 del running[name]
                 seconds = time.perf_counter() - began
-                lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+                text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))  # no terminal colours
+                lines = [line.strip("= ") for line in text.splitlines() if line.strip("= ")]
                 if process.returncode == 0:
                     times[name] = round(seconds, 1)
                 else:
                     failed.append((name, log))
                 done = len(todo) - len(order) - len(running)
                 print(f"[{done:2}/{len(todo)}] {'passed' if process.returncode == 0 else 'FAILED'} {name} in "
-                      f"{seconds:.0f} s: {lines[-1].strip('= ') if lines else '(no output)'}", flush=True)
+                      f"{seconds:.0f} s: {lines[-1] if lines else '(no output)'}", flush=True)
     finally:  # interrupted (Ctrl-C, or SIGTERM: see main): no job outlives the run
         _stop([process for process, _, _ in running.values()])
         TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
-    print(f"{len(todo)} jobs in {time.perf_counter() - start:.0f} s on {processes} processes")
+    print(f"{len(todo)} job{'s' if len(todo) > 1 else ''} in {time.perf_counter() - start:.0f} s on {processes} processes")
     for name, log in failed:
         print(f"\n== {name} failed; its log ({log.relative_to(ROOT)}):\n{log.read_text(errors='replace')}")
     return not failed

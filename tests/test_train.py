@@ -202,3 +202,11 @@ def test_a_checkpoint_key_follows_the_modules_its_run_imports(tmp_path):
     assert after_evals["base_model"] != before["base_model"] and after_evals["experiments"] == before["experiments"]
     append("objectives")   # both read batches from it
     assert all(digests()[run] != after_evals[run] for run in before)
+
+
+def test_recorded_seconds_keeps_only_whole_records(tmp_path):
+    """A times file from before runs recorded their steps (name: seconds) guides nothing and breaks nothing."""
+    (tmp_path / checkpoints.TIMES_FILE).write_text('{"old": 12.5, "new": {"seconds": 3.0, "steps": 40}}')
+    assert checkpoints.recorded_seconds(tmp_path) == {"new": {"seconds": 3.0, "steps": 40}}
+    (tmp_path / checkpoints.TIMES_FILE).write_text('{"torn": {"seconds": 3')
+    assert checkpoints.recorded_seconds(tmp_path) == {}
