@@ -18,8 +18,8 @@ as a training process runs it:
   off (the book's runs do evaluate: that is in the recorded times, not here).
 - The compute floor of one step: the FLOP-counted calls of that step (its matrix products and fused attention,
   recorded with their shapes, strides and dtypes while the FLOPs are counted) replayed on their own, on random
-  inputs (one tensor per description, so they stay in cache), best of 5; the replay's FLOPs are checked against
-  the count.  It is what these calls cost with nothing around them: fusing the rest of the step, fewer
+  inputs (one tensor per description, so they stay in cache), best over 2 s of replays; the replay's FLOPs are
+  checked against the count.  It is what these calls cost with nothing around them: fusing the rest of the step, fewer
   Python-level steps or another optimizer cannot go below it.  Other calls could (several models' matrices
   stacked into one call, other kernels): `scripts/bench_levers.py` measures those.
 
@@ -118,17 +118,19 @@ def _made(x, made: dict, name: str = ""):
     return made[x, name == "attn_mask"]
 
 
-def replay_seconds(calls: Counter, repeats: int = 5) -> float:
-    """Best wall seconds, over `repeats`, of running every recorded call once more on random inputs."""
+def replay_seconds(calls: Counter, repeats: int = 10, seconds: float = 2.0) -> float:
+    """Best wall seconds of running every recorded call once more on random inputs, over at least `repeats`
+    replays and `seconds` (the first replays of a step can take 1.5x as long: memory the allocator has not
+    settled on yet)."""
     made = {}
     prepared = [(func, [_made(a, made) for a in args], {k: _made(v, made, k) for k, v in kwargs})
                 for (func, args, kwargs), n in calls.items() for _ in range(n)]
-    best = float("inf")
-    for _ in range(repeats):
+    best, replays, began = float("inf"), 0, time.perf_counter()
+    while replays < repeats or time.perf_counter() - began < seconds:
         start = time.perf_counter()
         for func, args, kwargs in prepared:
             func(*args, **kwargs)
-        best = min(best, time.perf_counter() - start)
+        best, replays = min(best, time.perf_counter() - start), replays + 1
     return best
 
 
@@ -177,7 +179,7 @@ def step_compute(run) -> tuple:
 def floor_seconds(flops: float, calls: Counter) -> float:
     """`replay_seconds` of one step's calls, after checking that the replay does the step's FLOPs."""
     with flop_counter.FlopCounterMode(display=False) as replayed:
-        replay_seconds(calls, repeats=1)
+        replay_seconds(calls, repeats=1, seconds=0)
     if replayed.get_total_flops() != flops:
         raise RuntimeError(f"the replay does {replayed.get_total_flops()} FLOPs, the step {flops}")
     return replay_seconds(calls)

@@ -99,7 +99,8 @@ def run(processes: int, only=None) -> bool:
     finally:  # interrupted (Ctrl-C, or SIGTERM: see main): no job outlives the run
         _stop([process for process, _, _ in running.values()])
         TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
-    print(f"{len(todo)} job{'s' if len(todo) > 1 else ''} in {time.perf_counter() - start:.0f} s on {processes} processes")
+    print(f"{len(todo)} job{'s' if len(todo) > 1 else ''} in {time.perf_counter() - start:.0f} s on {processes} "
+          "processes")
     for name, log in failed:
         print(f"\n== {name} failed; its log ({log.relative_to(ROOT)}):\n{log.read_text(errors='replace')}")
     return not failed
