@@ -35,10 +35,10 @@ lab: $(STAMP)
 	$(PY) scripts/lab.py
 
 checkpoints: $(STAMP)
-	$(PY) -m lib.schedule
+	$(PY) -m lib.recipes
 
 reproduce: $(STAMP)
-	$(PY) -m lib.schedule --reproduce _build/reproduce
+	$(PY) -m lib.recipes --reproduce _build/reproduce $(if $(SAMPLE),--sample $(SAMPLE))
 
 execute: checkpoints
 	$(PY) scripts/execute_notebooks.py

@@ -10,7 +10,7 @@ encoding the whole corpus with the finished tokenizer.
 import sys
 import time
 
-from lib import bpe, world
+from lib.data import bpe, world
 
 
 def best_time(function, repeats: int) -> tuple:

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_comparison.py [--steps 2500] [--alone gpt t5] [--processes 2]
 
-Trains with `lib.experiments.train_recipe` exactly as `compare()` does, but
+Trains with `lib.trainers.comparison.train_comparison` exactly as a checkpoint is trained, but
 saves nothing (the checkpoints under checkpoints/ are not touched).  Each
 training is single-threaded; the parallel run uses `spawn`ed worker processes.
 Timings depend on what else the machine is doing: run it on a quiet machine.
@@ -12,13 +12,14 @@ import argparse
 import multiprocessing
 import time
 
-from lib import experiments as ex
+from lib.recipes import comparison as ex
+from lib.trainers.comparison import train_comparison
 
 
 def timed_training(job):
     recipe, steps = job
     start = time.perf_counter()
-    ex.train_recipe(ex.recipe_config(recipe, steps=steps), desc=recipe)
+    train_comparison(ex.run_config(recipe, steps=steps), desc=recipe)
     return recipe, time.perf_counter() - start
 
 

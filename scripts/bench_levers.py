@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from lib.checkpoints import TRAINING_KERNELS
+from lib.train.cache import TRAINING_KERNELS
 
 QUIET = dict(TRAINING_KERNELS, TQDM_DISABLE="1")  # read when torch starts: re-run with them set
 if any(os.environ.get(k) != v for k, v in QUIET.items()):
@@ -32,12 +32,13 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.func import functional_call, stack_module_state, vmap  # noqa: E402
 
-from lib import models, world  # noqa: E402
-from lib.base_model import BASE_MODEL  # noqa: E402
-from lib.objectives import next_token_loss, random_windows  # noqa: E402
-from lib.seeding import seed_everything  # noqa: E402
-from lib.tokenizers import CharTokenizer  # noqa: E402
-from lib.train import learning_rate, make_optimizer, optimizer_step  # noqa: E402
+from lib.nn import models
+from lib.data import world  # noqa: E402
+from lib.recipes.base import BASE_MODEL  # noqa: E402
+from lib.objectives.batches import next_token_loss, random_windows  # noqa: E402
+from lib.data.seeding import seed_everything  # noqa: E402
+from lib.data.tokenizers import CharTokenizer  # noqa: E402
+from lib.train.loop import learning_rate, make_optimizer, optimizer_step  # noqa: E402
 
 torch.backends.mkldnn.enabled = False
 torch.set_num_threads(1)  # as in every training process (`seeding.seed_everything`)

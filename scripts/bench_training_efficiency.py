@@ -4,8 +4,8 @@ cold rebuild of every checkpoint, and how close the recorded runs came to it.
     .venv/bin/python scripts/bench_training_efficiency.py [--steps 60] [--cores 2] [--times DIR]
 
 A kind is every run with the same train function and the same config but for seed, steps, schedule and
-evaluation (`checkpoints.kind_of`: 30 kinds for the book's 107 checkpoints).  For each kind, the real train
-function is run a few times on the training kernels (`checkpoints.TRAINING_KERNELS`, oneDNN off, one thread),
+evaluation (`processes.kind_of`: 30 kinds for the book's 107 checkpoints).  For each kind, the real train
+function is run a few times on the training kernels (`cache.TRAINING_KERNELS`, oneDNN off, one thread),
 as a training process runs it:
 
 - FLOPs of one step (forward + backward): PyTorch's FlopCounterMode over a run of 2 steps minus a run of 1, each
@@ -37,8 +37,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from lib.checkpoints import (CHECKPOINT_DIR, TIMES_FILE, TRAINING_KERNELS, estimated_seconds, kind_of,
-                             planned_seconds, recorded_seconds)
+from lib.train.cache import CHECKPOINT_DIR, TRAINING_KERNELS
+from lib.train.processes import TIMES_FILE, estimated_seconds, kind_of, planned_seconds, recorded_seconds
 
 QUIET = dict(TRAINING_KERNELS, TQDM_DISABLE="1")  # read when torch and tqdm start: re-run with them set
 if any(os.environ.get(k) != v for k, v in QUIET.items()):
@@ -49,7 +49,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E40
 from torch.utils import flop_counter  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from lib import schedule  # noqa: E402
+from lib import recipes  # noqa: E402
+from lib.train import cache  # noqa: E402
 
 torch.backends.mkldnn.enabled = False
 torch.set_num_threads(1)  # as in every training process (`seeding.seed_everything`)
@@ -144,7 +145,7 @@ def six_nd_plus_attention(config: dict) -> float:
 
 
 def kinds(runs: list) -> dict:
-    """{the first run's name: every run of that kind (`checkpoints.kind_of`)}, in the book's order."""
+    """{the first run's name: every run of that kind (`processes.kind_of`)}, in the book's order."""
     grouped = {}
     for run in runs:
         grouped.setdefault(kind_of(run), []).append(run)
@@ -154,7 +155,8 @@ def kinds(runs: list) -> dict:
 def train(run, steps: int) -> float:
     """Wall seconds of the run's train function for `steps` steps, without evaluations but the last."""
     start = time.perf_counter()
-    run.train_fn(dict(run.config, steps=steps, eval_every=10 ** 9), desc=run.name)
+    run.train_fn(dict(run.config, steps=steps, eval_every=10 ** 9),
+                 parents=tuple(cache.get_or_train(p)[0] for p in run.parents), desc=run.name)
     return time.perf_counter() - start
 
 
@@ -196,7 +198,7 @@ def main():
     parser.add_argument("--times", type=Path, default=CHECKPOINT_DIR,
                         help="folder whose train_seconds.json records a rebuild (default: checkpoints/)")
     args = parser.parse_args()
-    runs = schedule.book_runs()
+    runs = recipes.all_runs()
     recorded = recorded_seconds(args.times)
     peak = matmul_peak()
     print(f"single-thread float32 matmul peak: {peak:.1f} GFLOP/s (training kernels {TRAINING_KERNELS})")

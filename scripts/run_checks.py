@@ -7,6 +7,8 @@ The checks are independent jobs:
 - strict nbval of each notebook on this machine's CPU kernels, and again on other kernels (generic ATen
   code, MKL's SSE2 branch, oneDNN at SSE4.1): an output that depends on the instruction set fails there on
   every machine, not only on an unlucky one;
+- the fingerprint gate (`python -m lib.recipes --check-fingerprints`): the first steps of one run of every
+  kind replayed and compared with what its checkpoint stores, so an undeclared change of a trainer fails;
 - the strict book build (warnings are errors).  It renders the committed outputs, so it needs none of the
   others.
 
@@ -42,7 +44,10 @@ def jobs() -> dict:
                       "tests/nbval_sanitize.cfg", "-p", "no:cacheprovider"]
     book = [str(Path(sys.executable).parent / "jupyter-book"), "build", ".", "--all", "-W", "-n", "--keep-going",
             "--quiet"]  # --all: every page read again, so a warning is raised again until it is fixed
-    found = {"unit tests": (pytest + ["--durations=10", "tests", "lib"], {}), "book build": (book, {})}
+    # the fingerprint gate: one run of every kind replayed on the pinned kernels, in one process of its own
+    gate = [sys.executable, "-m", "lib.recipes", "--check-fingerprints", "--processes", "1"]
+    found = {"unit tests": (pytest + ["--durations=10", "tests", "lib"], {}), "book build": (book, {}),
+             "fingerprints": (gate, {"BOOK_NO_TRAINING": "1", "TQDM_DISABLE": "1"})}
     notebooks = sorted((ROOT / "book").glob("*.ipynb"))
     for suffix, extra in ((", other kernels", OTHER_KERNELS), ("", {})):
         for notebook in notebooks:

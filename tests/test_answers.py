@@ -1,20 +1,26 @@
 """Batched greedy answers are the answers one prompt at a time."""
 
-from lib import answers, evals, world
-from lib.ablations import ablate
-from lib.base_model import load_base_model
+from lib.measure import answers, evals
+from lib.data import world
+from lib.measure.ablations import ablate
+from lib import recipes
 
 
 def test_batched_answers_equal_one_at_a_time():
-    model, _ = load_base_model()
+    model, _ = recipes.load("base")
     prompts = [f"\nq: where does {n} live? a:" for n in world.build_world().names[:6]] + ["\n12+30=", "\nreview:"]
     one_by_one = [evals.generate(model, [p], max_new=12, temperature=0)[0] for p in prompts]
     assert answers.answers(model, prompts) == one_by_one
 
 
-def test_fact_completion_is_evals_fact_completion_at_once():
-    model, _ = load_base_model()
+def test_fact_completion_asks_everyone_as_one_at_a_time_would():
+    model, _ = recipes.load("base")
     broken = ablate(model, attention_off=[1])          # a model that gets some answers wrong
+    w = world.build_world()
     for m in (model, broken):
-        assert answers.fact_completion(m) == evals.fact_completion(m)
+        one_by_one = {n: evals.generate(m, [f"\nq: where does {n} live? a:"], max_new=12, temperature=0)[0]
+                      for n in w.names}
+        result = answers.fact_completion(m)
+        assert result["answers"] == one_by_one
+        assert result["accuracy"] == sum(one_by_one[n] == f" {w.home[n]}." for n in w.names) / len(w.names)
     assert answers.fact_completion(broken)["accuracy"] < 1.0

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lib import bpe, world
-from lib.tokenizers import UnknownTokenError
+from lib.data import bpe, world
+from lib.data.tokenizers import UnknownTokenError
 
 W = world.build_world()
 TRAIN, VAL = W.text("train"), W.text("val")

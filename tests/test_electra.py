@@ -1,20 +1,27 @@
-"""ELECTRA (lib.electra, lib.electra_runs): labels, gradient isolation, ELECTRA-15 %'s loss, sizes, determinism."""
+"""ELECTRA (lib.nn.electra, lib.objectives.electra, lib.trainers.electra, lib.measure.electra_evals): labels,
+gradient isolation, ELECTRA-15 %'s loss, sizes, determinism."""
 
 import math
 
 import pytest
 import torch
 
-from lib import experiments, objectives, protocols, world
-from lib.electra import (FOOD_ADJECTIVE_IDS, Electra, ElectraConfig, electra_losses, electra_parameter_counts,
-                         hard_negatives)
-from lib.electra_runs import (VARIANTS, replacement_class, replacement_diagnosis, run_config, scorer_predictions,
-                              train_variant, training_parts)
-from lib.objectives import electra_batch, mlm_batch
-from lib.tokenizers import TOKENIZER
-from lib.train import fit
+from lib.recipes import comparison
+from lib.trainers import comparison as comparison_trainer
+from lib.objectives import batches as objectives
+from lib.measure import protocols
+from lib.data import world
+from lib.measure.electra_evals import replacement_class, replacement_diagnosis, scorer_predictions
+from lib.nn.electra import Electra, ElectraConfig, electra_parameter_counts
+from lib.objectives.electra import FOOD_ADJECTIVE_IDS, electra_losses, hard_negatives
+from lib.recipes.electra import VARIANTS, run_config
+from lib.trainers.electra import train_electra as train_variant
+from lib.trainers.electra import training_parts
+from lib.objectives.batches import electra_batch, mlm_batch
+from lib.data.tokenizers import TOKENIZER
+from lib.train.loop import fit
 
-CONFIG = ElectraConfig(objectives.VOCAB_SIZE, experiments.POSITIONS)
+CONFIG = ElectraConfig(objectives.VOCAB_SIZE, comparison.POSITIONS)
 
 
 def reviews(n=8):
@@ -55,7 +62,7 @@ def test_the_discriminator_loss_never_reaches_the_generator():
 
 def test_with_shared_embeddings_only_the_tables_get_both_losses():
     torch.manual_seed(0)
-    model = Electra(ElectraConfig(objectives.VOCAB_SIZE, experiments.POSITIONS, shared_embeddings=True))
+    model = Electra(ElectraConfig(objectives.VOCAB_SIZE, comparison.POSITIONS, shared_embeddings=True))
     generator_loss, discriminator_loss, _ = electra_losses(model, masked_batch(), torch.Generator().manual_seed(0))
     discriminator_loss.backward()
     assert all(p.grad is None for p in model.generator.parameters())
@@ -100,12 +107,12 @@ def test_electra_15_puts_the_discriminator_loss_on_the_selected_positions_only()
 
 
 def test_parameter_counts_by_formula_equal_pytorch():
-    for config in (CONFIG, ElectraConfig(objectives.VOCAB_SIZE, experiments.POSITIONS, shared_embeddings=True)):
+    for config in (CONFIG, ElectraConfig(objectives.VOCAB_SIZE, comparison.POSITIONS, shared_embeddings=True)):
         model = Electra(config)
         counts = electra_parameter_counts(config)
         assert counts["generator"] == sum(p.numel() for p in model.generator.parameters())
         assert counts["discriminator"] == sum(p.numel() for p in model.parameters()) - counts["generator"]
-    bert = experiments.build_model(experiments.recipe_config("bert"))
+    bert = comparison_trainer.build_model(comparison.run_config("bert"))
     assert counts["discriminator"] == sum(p.numel() for p in bert.parameters()) + CONFIG.d_model + 1
 
 
@@ -135,7 +142,7 @@ def test_hard_negatives_at_a_rate_reach_unselected_adjectives_too():
 
 
 def test_every_variant_reads_the_batches_of_bert_and_the_bert_variant_is_section_04s_bert():
-    batches, bert_init = {}, experiments.build_model(experiments.recipe_config("bert")).state_dict()  # seeded below
+    batches, bert_init = {}, comparison_trainer.build_model(comparison.run_config("bert")).state_dict()  # seeded below
     for variant in VARIANTS:
         model, get_batch, _ = training_parts(run_config(variant))
         batches[variant] = [get_batch()[1] for _ in range(3)]
@@ -150,7 +157,7 @@ def test_every_variant_reads_the_batches_of_bert_and_the_bert_variant_is_section
                 assert (b.inputs[b.loss_mask] == objectives.MASK).all()   # ELECTRA's generator: every one <mask>
     config = run_config("bert") | {"steps": 20}
     ours, _ = train_variant(config)
-    theirs, _ = experiments.train_recipe(experiments.recipe_config("bert", steps=20))
+    theirs, _ = comparison_trainer.train_comparison(comparison.run_config("bert", steps=20))
     assert all(torch.equal(ours.state_dict()[k], v) for k, v in theirs.state_dict().items())
 
 

@@ -4,23 +4,26 @@ the answer, probes transfer only what the features hold."""
 import pytest
 import torch
 
-from lib import capabilities, probes, protocols, world
-from lib.masks import MODEL_KINDS
-from lib import experiments as ex
-from lib.masks import causal_mask
-from lib.objectives import SENTINELS, TOKENIZER
+from lib.measure import capabilities, probes, protocols
+from lib.data import world
+from lib.nn.masks import MODEL_KINDS
+from lib.recipes import __main__ as recipes_cli
+from lib.recipes import comparison as ex
+from lib.trainers import comparison as trainer
+from lib.nn.masks import causal_mask
+from lib.objectives.batches import SENTINELS, TOKENIZER
 
 REVIEWS = protocols.new_reviews(40)
 SMALL = dict(vocab_size=len(TOKENIZER), context=32, d_model=32, n_layers=1, n_heads=2)
 
 
 def tiny_config(recipe, steps=30):
-    return dict(ex.recipe_config(recipe, steps=steps), model=SMALL, warmup=5, eval_every=10, eval_reviews=20)
+    return dict(ex.run_config(recipe, steps=steps), model=SMALL, warmup=5, eval_every=10, eval_reviews=20)
 
 
 @pytest.mark.parametrize("recipe", list(ex.RECIPES))
 def test_each_objective_lowers_its_loss_in_a_few_steps(recipe):
-    model, log = ex.train_recipe(tiny_config(recipe))
+    model, log = trainer.train_comparison(tiny_config(recipe))
     assert [row["step"] for row in log] == [10, 20, 30]
     assert log[-1]["train_loss"] < 0.8 * log[0]["train_loss"]
     assert 0.0 <= log[-1]["rating_accuracy"] <= 1.0
@@ -102,7 +105,7 @@ def test_the_slot_protocol_never_shows_the_answer(kind):
 
 @pytest.mark.parametrize("recipe", list(ex.RECIPES))
 def test_the_training_format_protocol_hides_the_slot_and_nothing_else_at_zero_noise(recipe):
-    config, kind = ex.recipe_config(recipe), ex.RECIPES[recipe].kind
+    config, kind = ex.run_config(recipe), ex.RECIPES[recipe].kind
     ids = [protocols.line_ids(r) for r in REVIEWS]
     rating = [protocols.review_slots(s)["rating"] for s in ids]
     predicted = protocols.training_format_logits(Copycat(), config, ids, rating).argmax(-1)
@@ -117,16 +120,16 @@ def test_the_training_format_protocol_hides_the_slot_and_nothing_else_at_zero_no
 def test_training_format_draws_follow_the_training_odds_given_the_hidden_slot():
     ids, g = protocols.line_ids(REVIEWS[0]), torch.Generator().manual_seed(0)
     slot = protocols.review_slots(ids)["rating"]
-    span = ex.recipe_config("t5_span")
+    span = ex.run_config("t5_span")
     sources = [protocols.training_format_example(ids, slot, span, g)[0] for _ in range(200)]
     assert all(TOKENIZER["good"] not in s and TOKENIZER["bad"] not in s and TOKENIZER["ok"] not in s for s in sources)
-    iid = ex.recipe_config("t5_iid")
+    iid = ex.run_config("t5_iid")
     hidden_elsewhere = [len(ids) - len(source) for source in
                         (protocols.training_format_example(ids, slot, iid, g)[0] for _ in range(400))]
     # each of the other tokens is noise with p = 0.15; a source loses (noise - spans) tokens, so this is a
     # lower bound that is still far above zero and below the density
     assert 0.3 < sum(hidden_elsewhere) / 400 < 0.15 * len(ids)
-    prefix = ex.recipe_config("prefix_lm")
+    prefix = ex.run_config("prefix_lm")
     lengths = [protocols.training_format_example(ids, slot, prefix, g)[1] for _ in range(300)]
     assert min(lengths) == 1 and max(lengths) == slot
 
@@ -134,7 +137,7 @@ def test_training_format_draws_follow_the_training_odds_given_the_hidden_slot():
 @pytest.mark.parametrize("recipe", list(ex.RECIPES))
 def test_objective_accuracy_reports_shares(recipe):
     config = tiny_config(recipe)
-    scores = capabilities.objective_accuracy(ex.build_model(config), ex.batch_function(config), config["window"],
+    scores = capabilities.objective_accuracy(trainer.build_model(config), trainer.batch_function(config), config["window"],
                                              batches=2)
     encoder_decoder = ex.RECIPES[recipe].kind == "encoder-decoder"
     assert set(scores) == ({"accuracy", "sentinels", "content"} if encoder_decoder else {"accuracy"})
@@ -150,7 +153,7 @@ def test_always_ok_and_new_reviews():
 
 
 def test_line_likelihood_is_exact_for_causal_models():
-    model = ex.build_model(tiny_config("gpt"))
+    model = trainer.build_model(tiny_config("gpt"))
     seqs = [protocols.line_ids(r) for r in REVIEWS[:3]]
     exact = capabilities.line_log_likelihoods(model, "causal", seqs)
     for seq, value in zip(seqs, exact.tolist()):
@@ -163,7 +166,7 @@ def test_line_likelihood_is_exact_for_causal_models():
 @pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_generated_lines_are_reproducible_text(kind):
     config = tiny_config("t5_span" if kind == "encoder-decoder" else "gpt")
-    model = ex.build_model(dict(config, kind=kind))
+    model = trainer.build_model(dict(config, kind=kind))
     lines = capabilities.generate_lines(model, kind, 3, seed=1)
     assert lines == capabilities.generate_lines(model, kind, 3, seed=1) and all(isinstance(x, str) for x in lines)
 
@@ -188,7 +191,7 @@ def test_probe_reads_polarity_only_when_the_features_hold_it():
 
 @pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_every_readout_gives_one_vector_per_opening(kind):
-    model = ex.build_model(dict(tiny_config("t5_span" if kind == "encoder-decoder" else "gpt"), kind=kind))
+    model = trainer.build_model(dict(tiny_config("t5_span" if kind == "encoder-decoder" else "gpt"), kind=kind))
     sequences = probes.clause_sequences()[:5]
     for readout in probes.READOUTS[kind]:
         assert probes.representations(model, kind, readout, sequences).shape == (5, SMALL["d_model"])
@@ -198,12 +201,12 @@ def test_every_readout_gives_one_vector_per_opening(kind):
 
 def test_bad_requests_say_what_is_wrong():
     with pytest.raises(ValueError, match="unknown recipe"):
-        ex.recipe_config("gpt4")
+        ex.run_config("gpt4")
     with pytest.raises(ValueError, match="mlm_rate"):
-        ex.recipe_config("bert", mlm_rate=1.5)
+        ex.run_config("bert", mlm_rate=1.5)
     with pytest.raises(ValueError, match="unknown kind"):
         protocols.rating_accuracy(Oracle("causal"), "sideways", REVIEWS)
     with pytest.raises(ValueError, match="slot"):
         protocols.slot_logits(Oracle("causal"), "causal", [[1, 2]], [0])
-    with pytest.raises(SystemExit):
-        ex.main(["compare", "--only", "gpt4"])
+    with pytest.raises(SystemExit, match="no run is called 'compare_gpt4'; did you mean"):
+        recipes_cli.main(["--only", "compare_gpt4", "--list"])

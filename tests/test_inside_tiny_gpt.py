@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lib import evals
-from lib.ablations import WithMask, ablate
-from lib.masks import causal_mask
-from lib.models import MaskedTransformer, ModelConfig, TinyGPT
+from lib.measure import answers, evals
+from lib.measure.ablations import WithMask, ablate
+from lib.nn.masks import causal_mask
+from lib.nn.models import MaskedTransformer, ModelConfig, TinyGPT
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "book" / "02_inside_tiny_gpt.ipynb"
 
@@ -32,7 +32,7 @@ def test_no_ablation_reproduces_the_model_exactly():
     with torch.no_grad():
         assert torch.equal(copy(idx), model(idx))
     assert evals.bits_per_char(copy) == evals.bits_per_char(model)
-    assert evals.fact_completion(copy)["answers"] == evals.fact_completion(model)["answers"]
+    assert answers.fact_completion(copy)["answers"] == answers.fact_completion(model)["answers"]
 
 
 def test_ablating_a_copy_leaves_the_original_alone():

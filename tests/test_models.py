@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from lib.masks import bidirectional_mask, causal_mask, encoder_decoder_masks, hide_padding, prefix_mask
-from lib.models import (EncoderDecoder, MaskedTransformer, ModelConfig, TinyGPT, encoder_decoder_parameter_count,
+from lib.nn.masks import bidirectional_mask, causal_mask, encoder_decoder_masks, hide_padding, prefix_mask
+from lib.nn.models import (EncoderDecoder, MaskedTransformer, ModelConfig, TinyGPT, encoder_decoder_parameter_count,
                         parameter_count)
 
 

@@ -3,8 +3,11 @@
 import pytest
 import torch
 
-from lib import models, moe, moe_evals, moe_runs
-from lib.moe import MoEConfig, MoEGPT, MoELayer, balance_loss, expert_capacity, queue_positions, top_k_gates
+from lib.nn import models, moe
+from lib.measure import moe_evals
+from lib.recipes import moe as moe_runs
+from lib.trainers.char_lm import train_char_lm
+from lib.nn.moe import MoEConfig, MoEGPT, MoELayer, balance_loss, expert_capacity, queue_positions, top_k_gates
 
 
 def layer(**fields):
@@ -114,7 +117,7 @@ def test_bad_configs_are_refused():
 
 def test_training_is_deterministic():
     config = {**moe_runs.run_config("moe_top2"), "steps": 6, "eval_every": 3}
-    (a, log_a), (b, log_b) = moe_runs.train_variant(config), moe_runs.train_variant(config)
+    (a, log_a), (b, log_b) = train_char_lm(config), train_char_lm(config)
     assert log_a == log_b and all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
     assert len(log_a[-1]["load"]) == 2 and len(log_a[-1]["load"][0]) == 8
 

@@ -13,11 +13,11 @@ import math
 import pytest
 import torch
 
-from lib import objectives as ob
-from lib import world
-from lib.masks import encoder_decoder_masks, prefix_mask
-from lib.models import EncoderDecoder, MaskedTransformer, ModelConfig
-from lib.tokenizers import NUM_SENTINELS
+from lib.objectives import batches as ob
+from lib.data import world
+from lib.nn.masks import encoder_decoder_masks, prefix_mask
+from lib.nn.models import EncoderDecoder, MaskedTransformer, ModelConfig
+from lib.data.tokenizers import NUM_SENTINELS
 
 STREAM = ob.review_stream("train")
 
@@ -154,12 +154,12 @@ def test_mask_counts_match_exercise_4():
     P, L = S + 1, S + T
     assert int(prefix_mask(L, P).sum()) == P * P + sum(range(P + 1, L + 1)) == 51
     # The batch structure builds the same blocks.
-    b = ob._encoder_decoder_batch([[30, 31, 32, 33, 34]], [[40, 41, 42]], [[False] * 3])
+    b = ob.encoder_decoder_batch([[30, 31, 32, 33, 34]], [[40, 41, 42]], [[False] * 3])
     assert (int(b.source_mask.sum()), int(b.target_mask.sum()), int(b.cross_mask.sum())) == (25, 6, 15)
 
 
 def test_padding_is_hidden_and_never_carries_loss():
-    b = ob._encoder_decoder_batch([[30, 31], [30, 31, 32, 33]], [[40], [40, 41, 42]], [[True], [True, False, True]])
+    b = ob.encoder_decoder_batch([[30, 31], [30, 31, 32, 33]], [[40], [40, 41, 42]], [[True], [True, False, True]])
     assert b.source[0].tolist() == [30, 31, ob.PAD, ob.PAD] and b.loss_mask[0].tolist() == [True, False, False]
     assert not b.cross_mask[0, :, 2:].any() and not b.source_mask[0, :2, 2:].any()
     w = torch.tensor([[30, 31, 32, ob.PAD, ob.PAD]])

@@ -2,9 +2,13 @@
 
 import torch
 
-from lib import protocols, recurrent
-from lib.base_model import load_base_model
-from lib.models import TinyGPT
+from lib.measure import protocols
+from lib import recipes
+from lib.measure import evals
+from lib.nn import recurrent
+from lib.recipes import inside
+from lib.trainers.char_lm import train_char_lm
+from lib.nn.models import TinyGPT
 
 
 def test_parameter_count_by_formula_equals_pytorch_and_is_tinygpts_within_100():
@@ -29,11 +33,11 @@ def test_the_rating_read_out_finds_what_a_trained_model_knows():
     # The base model rates new reviews perfectly (section 02 prints it): a wrong slice of the
     # candidates' log-probabilities would not.
     reviews = protocols.new_reviews(40)
-    choices = recurrent.rating_choices(load_base_model()[0], reviews)
+    choices = evals.rating_choices(recipes.load("base")[0], reviews)
     assert choices == [protocols.true_rating(r) for r in reviews]
 
 
 def test_training_is_deterministic():
-    config = recurrent.gru_config() | {"steps": 3, "eval_every": 3}
-    (a, log_a), (b, log_b) = recurrent.train_gru(config), recurrent.train_gru(config)
+    config = inside.gru_run().config | {"steps": 3, "eval_every": 3}
+    (a, log_a), (b, log_b) = train_char_lm(config), train_char_lm(config)
     assert log_a == log_b and all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lib import world
-from lib.tokenizers import SPECIAL_TOKENS, CharTokenizer, UnknownTokenError, WordTokenizer
+from lib.data import world
+from lib.data.tokenizers import SPECIAL_TOKENS, CharTokenizer, UnknownTokenError, WordTokenizer
 
 W = world.build_world()
 
@@ -45,8 +45,8 @@ def test_decoding_an_id_outside_the_vocabulary_names_it(tokenizer):
 
 
 def test_every_tokenizer_trains_encodes_and_decodes_alike():
-    from lib.bpe import BPE
-    from lib.unigram import Unigram
+    from lib.data.bpe import BPE
+    from lib.data.unigram import Unigram
     text = "".join(line + "\n" for line in W.train[:150])
     for tokenizer in (CharTokenizer.train(text), WordTokenizer.train(text), BPE.train(text, 60),
                       Unigram.train(text, 60)):
@@ -57,7 +57,7 @@ def test_every_tokenizer_trains_encodes_and_decodes_alike():
 
 
 def test_the_special_ids_are_those_of_the_vocabulary():
-    from lib import tokenizers as t
+    from lib.data import tokenizers as t
     words = WordTokenizer()
     assert (t.PAD, t.MASK, t.BOS, t.NEWLINE_WORD) == (words["<pad>"], words["<mask>"], words["<bos>"], words["\n"])
     assert t.SENTINELS == [words[t.sentinel(i)] for i in range(t.NUM_SENTINELS)]

@@ -13,10 +13,10 @@ import math
 import pytest
 import torch
 
-from lib import objectives as ob
-from lib import ul2
-from lib.models import EncoderDecoder, MaskedTransformer, ModelConfig
-from lib.tokenizers import BOS, FIRST_ORDINARY, NUM_SENTINELS, SENTINELS
+from lib.objectives import batches as ob
+from lib.objectives import ul2
+from lib.nn.models import EncoderDecoder, MaskedTransformer, ModelConfig
+from lib.data.tokenizers import BOS, FIRST_ORDINARY, NUM_SENTINELS, SENTINELS
 
 STREAM = ul2.text_stream("train")
 N = ul2.WINDOW

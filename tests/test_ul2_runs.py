@@ -4,16 +4,21 @@ and the two ways of reading a model's probabilities (scoring a whole line, askin
 import pytest
 import torch
 
-from lib import experiments, protocols, ul2, ul2_evals, ul2_runs, world
-from lib.objectives import UL2_DENOISERS, Denoiser
-from lib.tokenizers import BOS, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
+from lib.recipes import comparison as experiments
+from lib.recipes import ul2 as ul2_runs
+from lib.trainers import ul2 as ul2_trainer
+from lib.measure import protocols, ul2_evals
+from lib.objectives import ul2
+from lib.data import world
+from lib.objectives.batches import UL2_DENOISERS, Denoiser
+from lib.data.tokenizers import BOS, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
 
 
 def test_the_baselines_are_section_04s_objectives_and_ul2_is_all_seven():
     t5 = ul2_runs.run_config("t5_span")
-    assert ul2_runs.denoisers_of(t5) == [Denoiser("R", experiments.T5_MEAN_SPAN, experiments.T5_NOISE_DENSITY)]
-    assert ul2_runs.denoisers_of(ul2_runs.run_config("prefix_lm")) == [Denoiser("S")]
-    assert ul2_runs.denoisers_of(ul2_runs.run_config("ul2_decoder")) == [ul2.clamp_denoiser(d, ul2.WINDOW)
+    assert ul2_trainer.denoisers_of(t5) == [Denoiser("R", experiments.T5_MEAN_SPAN, experiments.T5_NOISE_DENSITY)]
+    assert ul2_trainer.denoisers_of(ul2_runs.run_config("prefix_lm")) == [Denoiser("S")]
+    assert ul2_trainer.denoisers_of(ul2_runs.run_config("ul2_decoder")) == [ul2.clamp_denoiser(d, ul2.WINDOW)
                                                                          for d in UL2_DENOISERS]
     configs = [ul2_runs.run_config(r) for r in ul2_runs.RECIPES]
     shared = ("window", "steps", "batch_size", "seed", "lr", "warmup")
@@ -21,7 +26,7 @@ def test_the_baselines_are_section_04s_objectives_and_ul2_is_all_seven():
 
 
 def test_every_recipe_is_evaluated_on_the_same_windows():
-    batches = [ul2_runs.evaluation_batches(ul2_runs.run_config(r), count=4) for r in ul2_runs.RECIPES]
+    batches = [ul2_trainer.evaluation_batches(ul2_runs.run_config(r), count=4) for r in ul2_runs.RECIPES]
     for name in batches[0]:
         assert len({tuple(b[name].targets.flatten().tolist()) for b in batches}) == 1
 
@@ -29,7 +34,7 @@ def test_every_recipe_is_evaluated_on_the_same_windows():
 def test_a_retrain_is_bit_identical():
     config = {**ul2_runs.run_config("ul2_decoder", steps=3), "eval_every": 3, "eval_windows": 2}
     torch.set_num_threads(1)
-    (a, log_a), (b, log_b) = ul2_runs.train_recipe(config), ul2_runs.train_recipe(config)
+    (a, log_a), (b, log_b) = ul2_trainer.train_ul2(config), ul2_trainer.train_ul2(config)
     assert log_a == log_b and set(log_a[-1]) == {"step", "train_loss"} | {ul2.label(d) for d in UL2_DENOISERS}
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
 
@@ -38,7 +43,7 @@ def test_a_retrain_is_bit_identical():
 @pytest.mark.parametrize("form", ul2_evals.FORMS)
 def test_a_scored_line_is_the_sum_of_the_tokens_asked_one_by_one(recipe, form):
     torch.manual_seed(0)
-    model = ul2_runs.build_model(ul2_runs.run_config(recipe)).eval()
+    model = ul2_trainer.build_model(ul2_runs.run_config(recipe)).eval()
     line = "base lives in " + world.build_world().home["base"] + "."
     total = ul2_evals.line_log_likelihoods(model, [line], form, "X")[0]
     source, start = ([MODE_TOKENS["X"], NEWLINE_WORD, SENTINELS[0], NEWLINE_WORD], [BOS, SENTINELS[0]]) \

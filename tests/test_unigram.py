@@ -8,8 +8,8 @@ from fractions import Fraction as F
 
 import pytest
 
-from lib import bpe, world
-from lib.unigram import Unigram, em_step, seed_vocabulary, unigram_train
+from lib.data import bpe, world
+from lib.data.unigram import Unigram, em_step, seed_vocabulary, unigram_train
 
 LECTURE = {"a": F(1, 8), "b": F(1, 8), "c": F(1, 4), "ab": F(1, 2)}
 

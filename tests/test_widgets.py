@@ -4,7 +4,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from lib import widgets
+from lib.present import widgets
 
 
 def render(n, doubled):

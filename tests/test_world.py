@@ -4,7 +4,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from lib import world
+from lib.data import world
 
 W = world.build_world()
 
@@ -15,7 +15,7 @@ def test_exactly_44_distinct_characters_and_all_of_them_are_used():
 
 
 def test_regeneration_is_byte_identical_to_committed_data(tmp_path):
-    subprocess.run([sys.executable, "-m", "lib.world", str(tmp_path)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "lib.data.world", str(tmp_path)], check=True, capture_output=True)
     for split in ("train", "val"):
         assert (tmp_path / f"{split}.txt").read_bytes() == (world.DATA_DIR / f"{split}.txt").read_bytes()
 

@@ -1,0 +1,90 @@
+"""Ablations: switch parts of a trained transformer off and see what breaks.
+
+`ablate` returns a copy of a model with some of its parts removed, and
+`WithMask` runs a MaskedTransformer under a fixed kind of mask, so that every
+function written for TinyGPT (`evals.bits_per_char`, `answers.fact_completion`,
+`evals.generate`) works on the result unchanged:
+
+    >>> from lib.nn.models import TinyGPT
+    >>> broken = ablate(TinyGPT(), zero_positions=True, attention_off=[1], mask="bidirectional")
+    >>> broken
+    WithMask(bidirectional, zero_positions=True, attention_off=(1,), mlp_off=())
+    >>> broken(torch.zeros(1, 5, dtype=torch.long)).shape
+    torch.Size([1, 5, 44])
+
+Switching a part off means zeroing the weights that write its output into
+the residual stream (the attention's output projection `proj`, the MLP's
+`fc2`, the position table): the residual stream then passes through that
+branch unchanged, as if the branch were not there.
+"""
+
+import copy
+
+import torch
+import torch.nn as nn
+
+from lib.nn.masks import for_kind
+from lib.nn.models import MaskedTransformer
+
+MASKS = ("causal", "bidirectional")  # the kinds of mask an ablated model can run under (`masks.for_kind`)
+
+
+class WithMask(nn.Module):
+    """A MaskedTransformer that always uses one kind of mask: called like a TinyGPT.
+
+    forward(idx) -> logits (B, T, V); forward_with_attention(idx) -> (logits, attention)."""
+
+    def __init__(self, model: MaskedTransformer, mask: str = "causal", description: str = ""):
+        super().__init__()
+        if mask not in MASKS:
+            raise ValueError(f"unknown mask {mask!r}; choose one of {sorted(MASKS)}")
+        self.model, self.mask, self.description = model, mask, description
+        self.config = model.config
+
+    def _mask(self, idx):
+        return for_kind(self.mask, idx.shape[-1] if isinstance(idx, torch.Tensor) and idx.dim() else 0)
+
+    def forward(self, idx):
+        return self.model(idx, self._mask(idx))
+
+    def forward_with_attention(self, idx):
+        return self.model.forward_with_attention(idx, self._mask(idx))
+
+    def __repr__(self):
+        return f"WithMask({', '.join(filter(None, [self.mask, self.description]))})"
+
+
+def _check_layers(layers, n_layers: int, what: str) -> tuple:
+    layers = tuple(sorted(set(layers)))
+    bad = [layer for layer in layers if not (isinstance(layer, int) and 0 <= layer < n_layers)]
+    if bad:
+        raise ValueError(f"{what}: layers {bad} do not exist; the model has layers 0..{n_layers - 1}")
+    return layers
+
+
+@torch.no_grad()
+def ablate(model: MaskedTransformer, zero_positions: bool = False, attention_off=(), mlp_off=(),
+           mask: str = "causal") -> WithMask:
+    """A copy of `model` with the named parts switched off, run under `mask` ("causal" or "bidirectional").
+
+    The original model is not changed.  With no ablation and the causal mask
+    the copy computes exactly what a TinyGPT with the same weights computes."""
+    if not isinstance(model, MaskedTransformer):
+        raise ValueError(f"ablate() needs a TinyGPT or MaskedTransformer, got {type(model).__name__}")
+    n_layers = model.config.n_layers
+    attention_off = _check_layers(attention_off, n_layers, "attention_off")
+    mlp_off = _check_layers(mlp_off, n_layers, "mlp_off")
+    # A plain MaskedTransformer with the same parameter names, so the mask is ours to choose.
+    copied = MaskedTransformer(model.config)
+    copied.load_state_dict(copy.deepcopy(model.state_dict()))
+    copied.eval()
+    if zero_positions:
+        copied.wpe.weight.zero_()
+    for layer in attention_off:
+        copied.blocks[layer].attn.proj.weight.zero_()   # attention writes nothing into the residual stream
+        copied.blocks[layer].attn.proj.bias.zero_()
+    for layer in mlp_off:
+        copied.blocks[layer].mlp.fc2.weight.zero_()     # neither does the MLP
+        copied.blocks[layer].mlp.fc2.bias.zero_()
+    description = f"zero_positions={zero_positions}, attention_off={attention_off}, mlp_off={mlp_off}"
+    return WithMask(copied, mask, description)

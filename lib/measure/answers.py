@@ -1,0 +1,33 @@
+"""A char model's greedy answers to many prompts at once, and the world's fact question put to everyone.
+
+    answers(model, ["\\nq: where does base live? a:", "\\n12+30="])   # greedy completions, up to the newline
+    fact_completion(model)      # {"accuracy", "answers", "correct"}: every person asked where they live
+
+`evals.generate` continues prompts of one length together; `answers` groups
+any prompts by their length, so a set of questions costs a few batched passes
+instead of one pass per prompt.  `fact_completion` asks every person
+`q: where does NAME live? a:` this way and checks the greedy answer against
+the world (the same answers as asking one person at a time: a test checks).
+"""
+
+from lib.measure import evals
+from lib.data import world
+
+
+def answers(model, prompts: list, max_new: int = 12) -> list:
+    """Greedy completions (up to the newline, max_new characters at most) of every prompt, batched by length."""
+    by_length = {}
+    for i, prompt in enumerate(prompts):
+        by_length.setdefault(len(prompt), []).append(i)
+    found = {}
+    for group in by_length.values():
+        found |= dict(zip(group, evals.generate(model, [prompts[i] for i in group], max_new, temperature=0)))
+    return [found[i] for i in range(len(prompts))]
+
+
+def fact_completion(model) -> dict:
+    """Greedy answers to `q: where does NAME live? a:` for every person, all at once; accuracy and answers."""
+    w = world.build_world()
+    got = dict(zip(w.names, answers(model, [f"\nq: where does {name} live? a:" for name in w.names])))
+    correct = {name: got[name] == f" {w.home[name]}." for name in w.names}
+    return {"accuracy": sum(correct.values()) / len(correct), "answers": got, "correct": correct}

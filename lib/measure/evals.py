@@ -1,0 +1,141 @@
+"""Measuring a character-level model on the mini internet.
+
+- `line_batch` + `token_losses`: every document scored on its own; `validation_loss` in nats;
+- `bits_per_char`: validation cross-entropy in bits per character, line by line
+  (log2 44 = 5.459 is chance for 44 symbols); `char_bits`: where in a line they go;
+  `entropy_floor_of_lines`: the least any model could pay on the same lines;
+- `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from lib.data import world
+from lib.objectives.batches import pad
+from lib.data.tokenizers import CharTokenizer
+
+CHARS = CharTokenizer()
+NEWLINE_CHAR = CHARS.stoi["\n"]
+
+
+def line_batch(lines: list, tokenizer=CHARS):
+    """Each document on its own: newline + line + newline, right-padded with newlines.
+
+    Returns (ids (N, L), weights (N, L - 1)) where weights are 1 on the real
+    predictions (every character of the line and its closing newline).  The
+    documents of the world are independent, so a line needs no other context;
+    scoring lines one by one matches `world.entropy_floor` and avoids charging
+    the model for windows that start in the middle of a word."""
+    ids, is_pad = pad([tokenizer.encode("\n" + line + "\n") for line in lines], tokenizer.encode("\n")[0])
+    return ids, (~is_pad[:, 1:]).float()
+
+
+@torch.no_grad()
+def token_losses(model, ids) -> torch.Tensor:
+    """Cross-entropy (nats) of every next-token prediction, (N, L - 1); causal, so padding on the right is harmless."""
+    logits = model(ids[:, :-1])
+    return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+
+
+def validation_loss(model, batch) -> float:
+    """Mean cross-entropy (nats) per real prediction of a `line_batch`."""
+    ids, weights = batch
+    return float((token_losses(model, ids) * weights).sum() / weights.sum())
+
+
+def batches_by_length(lines: list):
+    """Yield `line_batch`es of equal-length lines, so no line is padded.
+
+    A model with a non-causal mask (an ablation in section 02) would otherwise
+    see the padding on the right of shorter lines."""
+    by_length = {}
+    for line in lines:
+        by_length.setdefault(len(line), []).append(line)
+    for length in sorted(by_length):
+        yield line_batch(by_length[length], CHARS)
+
+
+def bits_per_char(model, lines: list = None) -> float:
+    """Mean next-character cross-entropy in bits over lines (default: the validation set), each line
+    scored on its own after a newline, its closing newline included."""
+    lines = world.load_text("val").splitlines() if lines is None else lines
+    nats = count = 0.0
+    for ids, weights in batches_by_length(lines):
+        nats += float((token_losses(model, ids) * weights).sum())
+        count += float(weights.sum())
+    return nats / count / math.log(2)
+
+
+def entropy_floor_of_lines(lines: list = None) -> dict:
+    """`world.entropy_floor` per kind, and for the given lines (default: validation) as a whole.
+
+    The overall floor depends on the mix of kinds: the validation set holds
+    every addition with a held-out sum, so it has more (expensive) additions
+    than the generator's mix, and its floor is higher than world.entropy_floor()["all"]."""
+    lines = world.load_text("val").splitlines() if lines is None else lines
+    floor = world.entropy_floor()
+    bits = sum(floor[world.kind_of(line)] * (len(line) + 1) for line in lines)
+    return {kind: floor[kind] for kind in world.KINDS} | {"all": bits / sum(len(line) + 1 for line in lines)}
+
+
+def char_bits(model, line: str) -> list:
+    """Bits the model pays for each character of `line` and its closing newline."""
+    return (token_losses(model, line_batch([line], CHARS)[0])[0] / math.log(2)).tolist()
+
+
+@torch.no_grad()
+def generate(model, prompts: list, max_new: int, temperature: float = 1.0, generator=None) -> list:
+    """Continue each prompt (all of equal length) by up to max_new characters, stopping at a newline.
+
+    temperature == 0 means greedy (argmax); otherwise sample from softmax(logits / temperature)
+    with the given torch.Generator, so the same seed gives the same text."""
+    if len({len(p) for p in prompts}) != 1:
+        raise ValueError("generate() needs prompts of equal length; group them or call it once per prompt")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    idx = torch.tensor([CHARS.encode(p) for p in prompts])
+    done = torch.zeros(len(prompts), dtype=torch.bool)
+    T = model.config.context
+    for _ in range(max_new):
+        logits = model(idx[:, -T:])[:, -1]                       # (B, V): the next character
+        if temperature == 0:
+            nxt = logits.argmax(dim=-1)
+        else:
+            nxt = torch.multinomial((logits / temperature).softmax(dim=-1), 1, generator=generator)[:, 0]
+        nxt = torch.where(done, NEWLINE_CHAR, nxt)
+        idx = torch.cat([idx, nxt[:, None]], dim=1)
+        done |= nxt == NEWLINE_CHAR
+        if done.all():
+            break
+    return [CHARS.decode(row[len(prompts[0]):]).split("\n")[0] for row in idx.tolist()]
+
+
+def sample_lines(model, n: int, temperature: float = 1.0, seed: int = 0) -> list:
+    """n lines sampled from scratch (after a newline), reproducible for a given seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return generate(model, ["\n"] * n, max_new=model.config.context - 1, temperature=temperature,
+                    generator=generator)
+
+
+def line_quality(lines: list) -> dict:
+    """Share of lines that are well-formed (valid) and that are also true, by `world.check_line`."""
+    checks = [world.check_line(line) for line in lines]
+    return {"valid": sum(v for v, _ in checks) / len(lines), "true": sum(t for _, t in checks) / len(lines)}
+
+
+@torch.no_grad()
+def rating_choices(model, reviews: list) -> list:
+    """For each review, the rating whose characters the model finds most likely after `... rating: `
+    (the sum of log-probabilities of `good.`, `ok.` or `bad.` and the closing newline)."""
+    chars, choices = CHARS, []
+    for review in reviews:
+        prefix = "\n" + review[:review.index("rating: ") + len("rating: ")]
+        ids = [chars.encode(prefix + rating + ".\n") for rating in world.RATINGS]
+        longest = max(map(len, ids))
+        batch = torch.tensor([x + [chars.encode("\n")[0]] * (longest - len(x)) for x in ids])
+        losses = token_losses(model, batch)                                 # (3, longest - 1)
+        scores = [losses[i, len(prefix) - 1:len(x) - 1].sum() for i, x in enumerate(ids)]
+        choices.append(world.RATINGS[int(torch.stack(scores).argmin())])
+    return choices

@@ -1,0 +1,130 @@
+"""Retrieval for section 07: a datastore of the world's fact lines, two retrievers, and a reader that answers from
+what they find.
+
+    store = datastore()                                   # {name: "zukun lives in quila."}
+    lexical = TfIdfRetriever(store)                       # words weighted by rarity
+    dense = DualEncoder()                                 # lib.nn.dual_encoder: trained on question/fact pairs
+    hits = lexical.search(question("zukun"), k=1)         # [(name, score), ...], best first
+    answer = read(reader, [store[n] for n, _ in hits], "zukun")   # " quila."
+
+A question and its fact share exactly one word, the name.  The question's
+other words (`where`, `does`, ...) are in no line of the store and `lives`,
+`in` are in every line: TF-IDF weighs all of them 0 (a word the store does
+not have counts 0), so it retrieves by the name alone.  The dual encoder
+(DPR's recipe with one shared encoder instead of two: embed the question,
+embed every passage, take the largest dot product) must learn the same from
+pairs: a mean of hashed character trigrams, trained with the in-batch
+softmax (`contrastive_loss`) on the pairs of TRAIN_NAMES and tested on
+HELD_OUT_NAMES, people it never saw.  Because both sides share the encoder, a
+trigram of an unseen name maps to the same vector in question and fact.
+
+The reader is a char model given the retrieved line before the question
+(`reader_prompt`); `read` returns its greedy answer.
+"""
+
+import math
+import random
+from collections import Counter
+
+from lib.data import world
+from lib.measure.answers import answers
+
+def _names() -> tuple:
+    return world.build_world().names
+
+
+HELD_OUT_NAMES = _names()[-12:]            # never in the dual encoder's pairs, never asked in the reader's fine-tuning
+TRAIN_NAMES = _names()[:-12]
+
+
+def fact(name: str, city: str) -> str:
+    """The datastore's line for a person.
+
+    >>> fact("zukun", "quila")
+    'zukun lives in quila.'
+    """
+    return f"{name} lives in {city}."
+
+
+def question(name: str) -> str:
+    """The world's question about a person, up to the answer.
+
+    >>> question("zukun")
+    'q: where does zukun live? a:'
+    """
+    return f"q: where does {name} live? a:"
+
+
+def datastore(moves: dict = None) -> dict:
+    """{name: fact line} for every person of the world; `moves` ({name: new city}) edits the store, not the model."""
+    moves = moves or {}
+    unknown = set(moves) - set(_names()) | {city for city in moves.values() if city not in world.CITIES}
+    if unknown:
+        raise ValueError(f"unknown people or cities in moves: {sorted(unknown)}")
+    home = {**world.build_world().home, **moves}
+    return {name: fact(name, home[name]) for name in _names()}
+
+
+def words(text: str) -> list:
+    """The words of a text, punctuation dropped.
+
+    >>> words("q: where does zukun live? a:")
+    ['q', 'where', 'does', 'zukun', 'live', 'a']
+    """
+    return [w for w in "".join(ch if ch.isalnum() else " " for ch in text).split()]
+
+
+class TfIdfRetriever:
+    """Cosine similarity of tf-idf vectors; idf = log(N / document frequency): a word in every line weighs 0, and
+    so does a query word no line has."""
+
+    def __init__(self, store: dict):
+        self.keys = list(store)
+        counts = [Counter(words(line)) for line in store.values()]
+        frequency = Counter(w for c in counts for w in c)
+        self.idf = {w: math.log(len(counts) / n) for w, n in frequency.items()}
+        self.vectors = [self._vector(c) for c in counts]
+
+    def _vector(self, counts: Counter) -> dict:
+        v = {w: n * self.idf.get(w, 0.0) for w, n in counts.items()}
+        norm = math.sqrt(sum(x * x for x in v.values())) or 1.0
+        return {w: x / norm for w, x in v.items()}
+
+    def search(self, query: str, k: int = 1) -> list:
+        q = self._vector(Counter(words(query)))
+        scores = [sum(q.get(w, 0.0) * x for w, x in v.items()) for v in self.vectors]
+        best = sorted(range(len(scores)), key=lambda i: -scores[i])[:k]
+        return [(self.keys[i], scores[i]) for i in best]
+
+
+def retrieval_accuracy(search, names, store: dict) -> float:
+    """Share of `names` whose question retrieves (top-1) that person's own line of `store`."""
+    return sum(search(question(name))[0][0] == name for name in names) / len(names)
+
+
+def reader_prompt(passages: list, name: str) -> str:
+    """The retrieved lines, one per line, then the question: what the reader reads.
+
+    >>> reader_prompt(["zukun lives in quila.", "ebot lives in jelka."], "zukun")
+    '\\nzukun lives in quila.\\nebot lives in jelka.\\nq: where does zukun live? a:'
+    """
+    return "".join(f"\n{p}" for p in passages) + "\n" + question(name)
+
+
+def read(model, passages: list, name: str) -> str:
+    """The model's greedy answer to `name`'s question after these passages (" city." when it answers well)."""
+    return answers(model, [reader_prompt(passages, name)])[0]
+
+
+def counterfactual_example(name: str, rng: random.Random) -> tuple:
+    """(passages, the city to answer): `name`'s line with a random city."""
+    city = rng.choice(world.CITIES)
+    return [fact(name, city)], city
+
+
+def copy_rate(model, names, seed: int = 1) -> float:
+    """Share of `names` the reader answers with the city of their (made-up) passage."""
+    rng = random.Random(seed)
+    examples = [(name, *counterfactual_example(name, rng)) for name in names]
+    got = answers(model, [reader_prompt(passages, name) for name, passages, _ in examples])
+    return sum(answer == f" {city}." for answer, (_, _, city) in zip(got, examples)) / len(names)

@@ -1,0 +1,235 @@
+"""Asking section 06's models: one question in two forms, with any mode token or none.
+
+Every model of section 06 reads a source and writes a target (`lib.ul2`: an
+encoder-decoder, or a non-causal decoder reading source + target as one
+sequence), so one way of asking serves all four recipes.  A question comes in
+the form of one of the training formats:
+
+    span     the text with <0> where the answer goes; the decoder starts `<bos> <0>`   (R and X, T5)
+    prefix   the text up to the answer; the decoder starts `<bos>`                     (S, prefix LM)
+
+and `mode` puts "R", "S" or "X"'s mode token first in the source, or none
+(None).  A UL2 model trained with [R] and [X] on span examples and [S] on
+prefix examples can be asked with the mode that matches the form, with none,
+or with a mismatched one: `mode_table` measures all of them.
+
+    >>> source, start = ask_slot(line_ids("base lives in jelka."), 4, "span", "R")
+    >>> TOKENIZER.decode(source), TOKENIZER.decode(start)
+    ('[R]\\nbase lives in <0>.\\n', '<bos> <0>')
+"""
+
+from dataclasses import replace
+
+import torch
+
+from lib.data import world
+from lib.measure.capabilities import ADJECTIVE_IDS, scored_candidates
+from lib.measure.evals import line_quality
+from lib.measure.protocols import RATING_IDS, line_ids, review_slots, true_rating
+from lib.data.tokenizers import BOS, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
+from lib.objectives.ul2 import decoder_logits, questions, ul2_loss, without_mode_tokens
+
+FORMS = ("span", "prefix")
+MODES = ("R", "S", "X", None)
+# Writing stops here: a line longer than the longest line of the world (16 word tokens) is never valid.
+MAX_NEW = max(len(TOKENIZER.encode(line)) for line in world.load_text("train").splitlines()) + 2
+
+
+def mode_name(mode) -> str:
+    return "none" if mode is None else f"[{mode}]"
+
+
+def _check_mode(mode):
+    if mode is not None and mode not in MODE_TOKENS:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+
+
+def _check(form: str, mode):
+    if form not in FORMS:
+        raise ValueError(f"unknown form {form!r}; expected one of {FORMS}")
+    _check_mode(mode)
+
+
+def with_mode(source: list, mode) -> list:
+    return ([MODE_TOKENS[mode]] if mode else []) + source
+
+
+def ask_slot(ids: list, slot: int, form: str, mode=None, end: int = None) -> tuple:
+    """(source, decoder start) asking for ids[slot:end] (one token by default) in this form."""
+    _check(form, mode)
+    end = slot + 1 if end is None else end
+    if not 1 <= slot < end < len(ids):
+        raise ValueError(f"the slot {slot}..{end} must lie inside the line (1..{len(ids) - 1})")
+    if form == "span":
+        return with_mode(ids[:slot] + [SENTINELS[0]] + ids[end:], mode), [BOS, SENTINELS[0]]
+    return with_mode(ids[:slot], mode), [BOS]
+
+
+@torch.no_grad()
+def next_logits(model, sources: list, starts: list, chunk: int = 256) -> torch.Tensor:
+    """(N, V): the logits of the token after each decoder start, given its source."""
+    out = []
+    for i in range(0, len(sources), chunk):
+        batch = questions(sources[i:i + chunk], starts[i:i + chunk])
+        logits = decoder_logits(model, batch)
+        out.append(logits[torch.arange(logits.shape[0]), batch.loss_mask.sum(1) - 1])
+    return torch.cat(out)
+
+
+def _slot_answers(model, reviews: list, slot_name: str, form: str, mode, choices: list) -> list:
+    ids = [line_ids(r) for r in reviews]
+    asked = [ask_slot(s, review_slots(s)[slot_name], form, mode) for s in ids]
+    logits = next_logits(model, *zip(*asked))[:, choices]
+    return [choices[i] for i in logits.argmax(-1).tolist()]
+
+
+def rating_answers(model, reviews: list, form: str, mode=None) -> list:
+    """The rating word each review's slot gets, argmax over good / ok / bad."""
+    return [TOKENIZER.vocab[a] for a in _slot_answers(model, reviews, "rating", form, mode, RATING_IDS)]
+
+
+def rating_accuracy(model, reviews: list, form: str, mode=None) -> float:
+    """Share of reviews whose rating slot gets the right word."""
+    answers = rating_answers(model, reviews, form, mode)
+    return sum(a == true_rating(r) for a, r in zip(answers, reviews)) / len(reviews)
+
+
+def adjective_polarity(model, reviews: list, form: str, mode=None) -> float:
+    """The food adjective hidden, argmax over the 16 food adjectives: the share with the polarity the
+    rest of the review demands.  The prefix form cannot see the rest, so it can only guess."""
+    answers = _slot_answers(model, reviews, "food_adjective", form, mode, list(ADJECTIVE_IDS))
+    wanted = [ADJECTIVE_IDS[line_ids(r)[review_slots(line_ids(r))["food_adjective"]]] for r in reviews]
+    return sum(ADJECTIVE_IDS[a] == w for a, w in zip(answers, wanted)) / len(reviews)
+
+
+@torch.no_grad()
+def write(model, sources: list, starts: list, stop: list, max_new: int, generator=None) -> list:
+    """Each row's decoder writes after its start (greedy, or sampled when a generator is given) until
+    a token in `stop` or max_new tokens; returns the tokens written before the stop."""
+    written = [[] for _ in sources]
+    active = list(range(len(sources)))
+    for _ in range(max_new):
+        logits = next_logits(model, [sources[i] for i in active], [starts[i] + written[i] for i in active])
+        if generator is None:
+            tokens = logits.argmax(-1).tolist()
+        else:
+            tokens = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].tolist()
+        for i, token in zip(active, tokens):
+            written[i].append(token)
+        active = [i for i in active if written[i][-1] not in stop]
+        if not active:
+            break
+    return [row[:next((j for j, t in enumerate(row) if t in stop), len(row))] for row in written]
+
+
+def generate_lines(model, form: str, mode=None, n: int = 100, seed: int = 0, max_new: int = MAX_NEW) -> list:
+    """n lines sampled from nothing: the prefix form continues a newline, the span form fills a whole
+    missing line (`\\n <0> \\n`)."""
+    _check(form, mode)
+    if form == "span":
+        source, start, stop = [NEWLINE_WORD, SENTINELS[0], NEWLINE_WORD], [BOS, SENTINELS[0]], SENTINELS
+    else:
+        source, start, stop = [NEWLINE_WORD], [BOS], [NEWLINE_WORD] + SENTINELS
+    lines = write(model, [with_mode(source, mode)] * n, [start] * n, stop, max_new,
+                  torch.Generator().manual_seed(seed))
+    return [TOKENIZER.decode(line).split("\n")[0] for line in lines]
+
+
+def review_body(line: str) -> tuple:
+    """(start, end) of the part of a review's `line_ids` between `review:` and `rating`: everything that
+    makes the rating true or false.
+
+    >>> ids = line_ids("review: the soup was tasty and the host was kind. rating: good.")
+    >>> start, end = review_body("review: the soup was tasty and the host was kind. rating: good.")
+    >>> TOKENIZER.decode(ids[start:end])
+    'the soup was tasty and the host was kind.'
+    """
+    ids = line_ids(line)
+    return ids.index(TOKENIZER[":"]) + 1, ids.index(TOKENIZER["rating"])   # after `review:`, up to `rating`
+
+
+def long_infill(model, reviews: list, mode=None) -> dict:
+    """Hide the whole body of each review, keep `review:` and its rating, and let the model write the
+    span greedily: the share of lines that come out well-formed, and true (the rating right for what was
+    written).  Only a model that reads the right context can match the rating."""
+    ids = [line_ids(r) for r in reviews]
+    asked = [ask_slot(s, start, "span", mode, end) for s, (start, end) in zip(ids, map(review_body, reviews))]
+    spans = write(model, *zip(*asked), SENTINELS + [NEWLINE_WORD], MAX_NEW)
+    lines = [TOKENIZER.decode(s[1:start] + span + s[end:-1]) for s, span, (start, end)
+             in zip(ids, spans, (review_body(r) for r in reviews))]
+    return {**line_quality(lines), "lines": lines}
+
+
+@torch.no_grad()
+def line_log_likelihoods(model, lines: list, form: str, mode=None) -> torch.Tensor:
+    """Log-likelihood (nats) of each whole line: after a newline and up to the closing one (prefix form),
+    or as the one span of `\\n <0> \\n`, closing sentinel included (span form)."""
+    _check(form, mode)
+    ids = [TOKENIZER.encode(line) for line in lines]
+    if form == "span":
+        sources = [with_mode([NEWLINE_WORD, SENTINELS[0], NEWLINE_WORD], mode)] * len(ids)
+        targets = [[SENTINELS[0]] + i + [SENTINELS[1]] for i in ids]
+    else:
+        sources, targets = [with_mode([NEWLINE_WORD], mode)] * len(ids), [i + [NEWLINE_WORD] for i in ids]
+    batch = questions(sources, [[BOS] + t for t in targets])   # position j predicts targets[j]
+    picked = decoder_logits(model, batch).log_softmax(-1).gather(-1, batch.targets[..., None])[..., 0]   # (N, T)
+    positions = torch.arange(picked.shape[1])[None, :]
+    start = 1 if form == "span" else 0   # the span form's opening <0> is given, not scored
+    scored = (positions >= start) & (positions < torch.tensor([len(t) for t in targets])[:, None])
+    return (picked * scored).sum(1)
+
+
+def candidate_scoring(model, reviews: list, form: str, mode=None) -> float:
+    """`capabilities.scored_candidates` by `line_log_likelihoods` in this form, with this mode."""
+    return scored_candidates(reviews, lambda sequences: line_log_likelihoods(
+        model, [TOKENIZER.decode(ids[1:-1]) for ids in sequences], form, mode))
+
+
+def capabilities(model, reviews: list, mode_tokens: bool, lines: int = 100, scored: int = 50) -> dict:
+    """Section 04's questions, in span and in prefix form, asked with the mode token that matches the
+    question when the model was trained with mode tokens: [R] for one hidden word, [X] for a hidden whole
+    line or review body, [S] for a continuation.  The rating, the food adjective's polarity (one step),
+    the 16 candidates scored as whole lines (on the first `scored` reviews: 16 lines each), lines generated
+    from nothing (valid, true), and the review body infilled whole."""
+    r, s, x = ("R", "S", "X") if mode_tokens else (None, None, None)
+    by_prefix = line_quality(generate_lines(model, "prefix", s, lines))
+    by_span = line_quality(generate_lines(model, "span", x, lines))
+    return {"rating (span)": rating_accuracy(model, reviews, "span", r),
+            "rating (prefix)": rating_accuracy(model, reviews, "prefix", s),
+            "adjective polarity (span)": adjective_polarity(model, reviews, "span", r),
+            "candidate scoring (span)": candidate_scoring(model, reviews[:scored], "span", x),
+            "candidate scoring (prefix)": candidate_scoring(model, reviews[:scored], "prefix", s),
+            "generation valid (span)": by_span["valid"], "generation true (span)": by_span["true"],
+            "generation valid (prefix)": by_prefix["valid"], "generation true (prefix)": by_prefix["true"],
+            "long infill true (span)": long_infill(model, reviews, x)["true"]}
+
+
+def mode_row(model, reviews: list, mode, lines: int = 100) -> dict:
+    """One UL2 model asked everything with one mode token (or none), whichever form the question takes:
+    the rating in both forms, lines generated from nothing (prefix form) and the review body infilled."""
+    generated = line_quality(generate_lines(model, "prefix", mode, lines))
+    infilled = long_infill(model, reviews, mode)
+    return {"rating (span)": rating_accuracy(model, reviews, "span", mode),
+            "rating (prefix)": rating_accuracy(model, reviews, "prefix", mode),
+            "generation valid": generated["valid"], "generation true": generated["true"],
+            "long infill valid": infilled["valid"], "long infill true": infilled["true"]}
+
+
+def with_mode_token(batch, mode):
+    """A batch whose sources start with a mode token, asked with another mode token, or with none.  Without
+    one, every source token moves one learned position to the left (and, in a single stack, every target
+    token too): the comparison is with the input the recipes without mode tokens train on."""
+    if mode is None:
+        return without_mode_tokens(batch)
+    _check_mode(mode)
+    source = batch.source.clone()
+    source[:, 0] = MODE_TOKENS[mode]
+    return replace(batch, source=source, modes=(mode,) * source.shape[0])
+
+
+@torch.no_grad()
+def mode_losses(model, batches: dict) -> dict:
+    """{denoiser: {mode name: held-out loss}}: each denoiser's batch (built with its own mode token)
+    asked with every mode token and with none."""
+    return {name: {mode_name(m): ul2_loss(model, with_mode_token(batch, m)).item() for m in MODES}
+            for name, batch in batches.items()}

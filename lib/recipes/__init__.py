@@ -1,0 +1,46 @@
+"""Every run of the book, section by section, and the one way to get a trained model.
+
+    from lib import recipes
+    model, log = recipes.load("compare_t5_span_seed1")    # from checkpoints/, trained first if missing or stale
+    recipes.run("base")                                   # the Run: name, config, trainer, parents
+    python -m lib.recipes --help                          # train, reproduce, check the fingerprints
+
+A section's runs are a table in its own module (nanoGPT's config/*.py over one
+train.py): `base` (section 00), `inside` (02), `comparison` (04), `electra`
+(05), `ul2` (06), `moe` and `retrieval` (07).  Each module exports `runs()`;
+most also `run_name(...)` and `run_config(...)`, which say how a run of the
+table is named and configured.
+"""
+
+import difflib
+
+from lib.recipes import base, comparison, electra, inside, moe, retrieval, ul2
+from lib.train import cache
+
+SECTIONS = {"00": base, "02": inside, "04": comparison, "05": electra, "06": ul2, "07": (moe, retrieval)}
+
+
+def all_runs() -> list:
+    """The `Run` of every checkpoint under checkpoints/, section by section."""
+    modules = [m for entry in SECTIONS.values() for m in (entry if isinstance(entry, tuple) else (entry,))]
+    found = {}
+    for module in modules:
+        for r in module.runs():
+            found.setdefault(r.name, r)   # a run two sections share (the base model's seeds) is listed once
+    return list(found.values())
+
+
+def run(name: str) -> cache.Run:
+    """The Run of the checkpoint called `name`; an unknown name is an error that lists the closest known ones."""
+    runs = {r.name: r for r in all_runs()}
+    if name not in runs:
+        close = difflib.get_close_matches(name, runs, n=5, cutoff=0.5)
+        raise KeyError(f"no run is called {name!r}" + (f"; did you mean {close}?" if close else "")
+                       + f" ({len(runs)} runs: `python -m lib.recipes --list` lists them)")
+    return runs[name]
+
+
+def load(name: str):
+    """(model, log) of the run called `name`: from its checkpoint, or trained first when it is missing or
+    stale (one line on stderr says so; a training process on pinned kernels trains it)."""
+    return cache.get_or_train(run(name))

@@ -1,0 +1,83 @@
+"""Section 06's runs: the objective x backbone 2 x 2 of UL2 (Tay et al. 2022), on one kind of data and compute.
+
+    recipes.load(run_name("ul2_encoder_decoder", seed=1))     # "ul2_ul2_encoder_decoder_seed1"
+
+Four recipes, each over three seeds (`lib.trainers.ul2`):
+
+    prefix_lm            non-causal decoder   S (prefix LM) only, no mode token        section 04's prefix LM
+    t5_span              encoder-decoder      R(mu=3, r=0.15) only, no mode token      section 04's T5 (spans)
+    ul2_decoder          non-causal decoder   the seven denoisers, mode tokens         UL2's mixture of denoisers
+    ul2_encoder_decoder  encoder-decoder      the seven denoisers, mode tokens
+
+Both stacks are section 04's (d = 64, 4 heads, 2 layers each): the
+encoder-decoder has about twice the parameters, but each token passes through
+two layers either way, so a step costs about the same, as in the paper's
+comparison.  Windows are 128 word tokens of the whole training text (spans of
+64 tokens need long windows).
+"""
+
+from dataclasses import dataclass
+
+from lib.nn.models import ModelConfig
+from lib.objectives import batches
+from lib.objectives.batches import UL2_DENOISERS, Denoiser
+from lib.objectives.ul2 import CONTEXT, DECODER_CONTEXT, WINDOW, clamp_denoiser
+from lib.train.cache import Run
+from lib.train.loop import OPTIMIZATION
+from lib.trainers.ul2 import train_ul2
+
+STEPS, BATCH_SIZE, EVAL_EVERY, SEEDS = 2500, 8, 250, (0, 1, 2)
+EVAL_WINDOWS = 32            # validation windows per denoiser in the log
+BACKBONES = ("decoder", "encoder-decoder")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    label: str
+    backbone: str            # "decoder" (non-causal, one stack) or "encoder-decoder"
+    denoisers: tuple
+    mode_tokens: bool
+
+
+RECIPES = {
+    "prefix_lm": Recipe("prefix LM", "decoder", (UL2_DENOISERS[-1],), False),
+    "t5_span": Recipe("T5 (spans)", "encoder-decoder", (Denoiser("R", 3, 0.15),), False),
+    "ul2_decoder": Recipe("UL2 (decoder)", "decoder", UL2_DENOISERS, True),
+    "ul2_encoder_decoder": Recipe("UL2 (encoder-decoder)", "encoder-decoder", UL2_DENOISERS, True),
+}
+
+
+def run_config(recipe: str, seed: int = 0, steps: int = STEPS) -> dict:
+    """Everything that defines one run (the checkpoint key hashes it).
+
+    >>> c = run_config("ul2_decoder"); c["window"], c["model"]["context"], len(c["denoisers"]), c["mode_tokens"]
+    (128, 160, 7, True)
+    """
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; choose from {list(RECIPES)}")
+    r = RECIPES[recipe]
+    context = DECODER_CONTEXT if r.backbone == "decoder" else CONTEXT
+    model = ModelConfig(vocab_size=batches.VOCAB_SIZE, context=context, d_model=64, n_layers=2, n_heads=4)
+    return {"recipe": recipe, "backbone": r.backbone, "mode_tokens": r.mode_tokens,
+            "denoisers": [[d.mode, d.mean_span, d.noise_density] for d in
+                          (clamp_denoiser(d, WINDOW) for d in r.denoisers)],
+            "model": model.to_dict(), "window": WINDOW, "steps": steps, "batch_size": BATCH_SIZE, "seed": seed,
+            "eval_every": EVAL_EVERY, "eval_windows": EVAL_WINDOWS, **OPTIMIZATION}
+
+
+def run_name(recipe: str, seed: int = 0) -> str:
+    """ul2_<recipe>[_seed<s>].
+
+    >>> run_name("t5_span"), run_name("ul2_decoder", seed=2)
+    ('ul2_t5_span', 'ul2_ul2_decoder_seed2')
+    """
+    return f"ul2_{recipe}" + (f"_seed{seed}" if seed else "")
+
+
+def run(recipe: str, seed: int = 0) -> Run:
+    return Run(run_name(recipe, seed), run_config(recipe, seed), train_ul2)
+
+
+def runs() -> list:
+    """The four recipes over three seeds."""
+    return [run(recipe, seed) for seed in SEEDS for recipe in RECIPES]

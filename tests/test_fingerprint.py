@@ -1,0 +1,87 @@
+"""The fingerprint gate: a replay of a run's first steps passes a pure refactor and catches a change of behaviour
+(a loss, a batch function, a schedule) that was not declared by bumping the trainer's version."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lib.recipes.base import BASE_MODEL
+from lib.train import fingerprint, loop, processes
+from lib.train.cache import Run
+from lib.trainers import char_lm
+
+TINY = dict(BASE_MODEL, model=dict(vocab_size=44, context=96, d_model=16, n_layers=1, n_heads=2),
+            steps=60, batch_size=8, eval_every=20)
+RUN = Run("tiny", TINY, char_lm.train_char_lm)
+
+
+@pytest.fixture(scope="module")
+def saved() -> dict:
+    """The fingerprint recorded while the tiny run trained, whole (what a checkpoint stores)."""
+    model, log, fp = processes.train_with_fingerprint(RUN)
+    assert fp["steps"] == 20 and len(fp["losses"]) == 20 and len(fp["learning_rates"]) == 60
+    assert fp["evaluation"] == {"val_loss": log[0]["val_loss"]}    # step 20 is the first log row
+    return fp
+
+
+def replay() -> dict:
+    return processes.train_with_fingerprint(RUN, stop=True)[2]
+
+
+def test_a_replay_reproduces_the_training_bit_for_bit_and_stops_at_k(saved):
+    replayed = replay()
+    assert fingerprint.deviation(saved, replayed) == (0.0, "", 0.0)   # the same machine, the same kernels: exact
+    assert replayed["weights_sha256"] == saved["weights_sha256"]
+
+
+def test_a_pure_refactor_passes(saved, monkeypatch):
+    def next_token_loss(model, windows):            # the same loss, written another way
+        inputs, targets = windows[:, :-1], windows[:, 1:]
+        logits = model(inputs)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    monkeypatch.setattr(char_lm, "next_token_loss", next_token_loss)
+    assert fingerprint.deviation(saved, replay())[0] <= 1
+
+
+def changed(saved, monkeypatch, module, name, replacement) -> tuple:
+    monkeypatch.setattr(module, name, replacement)
+    ratio, where, worst = fingerprint.deviation(saved, replay())
+    assert ratio > 10, (name, worst, where)      # far past the tolerance (CONTRIBUTING.md: the measured margins)
+    return ratio, where
+
+
+def test_a_changed_loss_is_caught(saved, monkeypatch):
+    original = char_lm.next_token_loss
+    ratio, where = changed(saved, monkeypatch, char_lm, "next_token_loss",
+                           lambda model, windows: original(model, windows) * 1.01)   # a 1 % reweighting
+    assert where.startswith("losses")
+
+
+def test_a_changed_batch_function_is_caught(saved, monkeypatch):
+    original = char_lm.random_windows
+    changed(saved, monkeypatch, char_lm, "random_windows",                # windows one character shorter
+            lambda stream, length, batch_size, generator: original(stream, length - 1, batch_size, generator))
+
+
+def test_a_changed_schedule_is_caught(saved, monkeypatch):
+    original = loop.learning_rate
+    ratio, where = changed(saved, monkeypatch, loop, "learning_rate",     # warm-up one step longer
+                           lambda step, config: original(step, dict(config, warmup=config["warmup"] + 1)))
+    assert where.startswith("learning_rates")         # the schedule itself is compared, step by step
+
+
+def test_a_different_evaluation_is_caught(saved):
+    moved = dict(saved, evaluation={"val_loss": saved["evaluation"]["val_loss"] * 1.1})
+    ratio, where, _ = fingerprint.deviation(saved, moved)
+    assert ratio > 1 and where == "evaluation.val_loss"
+    assert fingerprint.deviation(saved, dict(saved, evaluation={}))[0] == float("inf")
+
+
+def test_the_weight_summary_sees_one_element(saved):
+    model = torch.nn.Linear(8, 8)
+    before = fingerprint.weight_summary(model)
+    with torch.no_grad():
+        model.weight[3, 5] += 1e-2
+    after = fingerprint.weight_summary(model)
+    assert max(abs(a - b) for a, b in zip(before, after)) > 1e-3
