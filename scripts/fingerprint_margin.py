@@ -6,7 +6,7 @@ Replays the first K steps of one run of every kind (`--all`: every run) in this 
 (ATen's default code, MKL's COMPATIBLE branch: other float rounding than the pinned AVX2 kernels that recorded
 the fingerprints, as another CPU would give) and prints, per run, the largest deviation as a share of its
 tolerance (`fingerprint.deviation`).  Rounding must stay well below 1; a change of behaviour lands far above
-it (tests/test_fingerprint.py shows three).
+it (tests/test_fingerprint.py shows three).  About 10 minutes for the 30 kinds: the generic kernels are slow.
 """
 
 import os

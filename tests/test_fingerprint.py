@@ -85,3 +85,39 @@ def test_the_weight_summary_sees_one_element(saved):
         model.weight[3, 5] += 1e-2
     after = fingerprint.weight_summary(model)
     assert max(abs(a - b) for a, b in zip(before, after)) > 1e-3
+
+
+def test_the_gate_names_the_trainer_to_bump_and_what_the_bump_retrains(monkeypatch, capsys):
+    from lib import recipes
+    from lib.recipes import __main__ as cli
+    from lib.train import cache
+
+    run = recipes.run("compare_gpt")
+    stored = cache.read(cache.path_of(run))["fingerprint"]
+    drifted = dict(stored, losses=[x * 1.01 for x in stored["losses"]], seconds=0.0)   # what a changed loss gives
+    monkeypatch.setattr(processes, "replay_fingerprints", lambda runs, n: {run.name: drifted})
+    assert cli.check_fingerprints([run], 1) is False
+    out = capsys.readouterr().out
+    same = sum(r.train_fn.trainer_name == "comparison" for r in recipes.all_runs())
+    assert out.startswith("FAIL compare_gpt: the replay of its first 50 steps deviates")
+    assert f"bump @trainer('comparison', version=2) in lib/trainers/comparison.py: that retrains {same} runs" in out
+
+    monkeypatch.setattr(processes, "replay_fingerprints", lambda runs, n: {run.name: dict(stored, seconds=0.0)})
+    assert cli.check_fingerprints([run], 1) is True
+    assert capsys.readouterr().out.startswith("ok   compare_gpt: 50 steps replayed")
+
+
+def test_the_weight_summary_leaves_out_key_biases_and_nothing_else():
+    from lib.nn.models import EncoderDecoder, ModelConfig
+
+    model = EncoderDecoder(ModelConfig(vocab_size=20, context=8, d_model=8, n_layers=1, n_heads=2))
+    assert set(fingerprint.key_biases(model)) == {"encoder.0.attn.qkv.bias", "decoder.0.attn.qkv.bias",
+                                                   "decoder.0.cross.kv.bias"}
+    before = fingerprint.weight_summary(model)
+    with torch.no_grad():
+        model.decoder[0].attn.qkv.bias[8:16] += 1.0      # the key bias: softmax does not see it
+        model.decoder[0].cross.kv.bias[:8] += 1.0
+    assert fingerprint.weight_summary(model) == before
+    with torch.no_grad():
+        model.decoder[0].cross.kv.bias[8] += 1e-2        # a value bias: it changes what the model computes
+    assert fingerprint.weight_summary(model) != before

@@ -55,9 +55,11 @@ def bump_message(run: cache.Run) -> str:
     seconds = processes.estimated_seconds(same + children, processes.recorded_seconds())
     minutes = processes.planned_seconds(sorted(seconds.values(), reverse=True), 2) / 60
     source = sys.modules[run.train_fn.__module__].__file__
+    count = len(same) + len(children)
     return (f"if the change is meant, bump @trainer({run.train_fn.trainer_name!r}, "
             f"version={run.train_fn.trainer_version + 1}) in {os.path.relpath(source)}: that retrains "
-            f"{len(same) + len(children)} runs (about {minutes:.0f} min on 2 processes); otherwise undo the change")
+            f"{count} run{'s' * (count != 1)} (about {max(1, round(minutes))} min on 2 processes); "
+            "otherwise undo the change")
 
 
 def check_fingerprints(runs: list, processes_count: int) -> bool:
