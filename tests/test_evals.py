@@ -75,3 +75,10 @@ def test_batches_by_length_never_pads():
     batches = list(evals.batches_by_length(["ab", "xyz", "cd"]))
     assert [tuple(ids.shape) for ids, _ in batches] == [(2, 4), (1, 5)]
     assert all(bool(weights.all()) for _, weights in batches)
+
+
+def test_character_share_by_kind_weighs_lines_by_their_characters_and_newlines():
+    shares = evals.character_share_by_kind(["12+34=46.", "base lives in jelka.", "12+34=46.", "zzz"])
+    assert shares["addition"] == 20 / 45 and shares["fact"] == 21 / 45     # the malformed line's 4 count in no kind
+    assert set(shares) == set(world.KINDS) and shares["review"] == 0.0
+    assert math.isclose(sum(evals.character_share_by_kind(list(W.val)).values()), 1.0)

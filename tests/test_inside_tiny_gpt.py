@@ -100,13 +100,20 @@ def test_ablate_needs_a_transformer():
         WithMask(MaskedTransformer(), mask="prefix")
 
 
+PRIMITIVES = ("layer_norm", "gelu", "softmax")     # the notebook defines these in the cell before forward_by_hand
+
+
 def notebook_function(name: str):
-    """Exec the notebook's code cell that defines `name` and return the function (the reader's copy)."""
-    cells = [c for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-             if c["cell_type"] == "code" and f"def {name}(" in "".join(c["source"])]
-    assert len(cells) == 1, f"expected one cell defining {name} in {NOTEBOOK.name}, found {len(cells)}"
+    """Exec the notebook's code cells that define `name` and the primitives it calls; return the function
+    (the reader's copy)."""
+    sources = ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+               if c["cell_type"] == "code"]
+    defining = {n: [s for s in sources if f"def {n}(" in s] for n in (*PRIMITIVES, name)}
+    for n, found in defining.items():
+        assert len(found) == 1, f"expected one cell defining {n} in {NOTEBOOK.name}, found {len(found)}"
     namespace = {"torch": torch, "math": math}
-    exec("".join(cells[0]["source"]), namespace)
+    for source in dict.fromkeys(found[0] for found in defining.values()):   # each cell once, in this order
+        exec(source, namespace)
     return namespace[name]
 
 

@@ -13,7 +13,11 @@
    or a hyphen on their left are names, not figures (GPT-3, T5, log2), and §01 is a section.
 3. Citations: every key cited with a {cite…} role in a notebook or a Markdown page
    exists in book/references.bib, so the book build cannot meet an unknown key.
+4. Every piece of lib that the prose names in a code span (`lib/measure/probes.py`,
+   `lib.train.loop.OPTIMIZATION`) exists: a module moved in lib leaves no dead pointer in the book.
 """
+
+import importlib
 
 import json
 import re
@@ -35,6 +39,7 @@ NOT_PROSE = [re.compile(r"```.*?```", re.S), re.compile(r"\$\$.*?\$\$", re.S)] +
     r"`[^`]*`", r"\$[^$]*\$", r"^#+ .*$", r"^\s*(?:\d+\.|[-*])\s", r"\]\([^)]*\)", r"<[^>]*>")]
 # A Markdown table and the line above it (blank lines between are allowed): the caption, when it is not a row.
 TABLE = re.compile(r"^(?P<caption>[ \t]*[^\s|][^\n]*)\n(?:[ \t]*\n)*(?P<rows>(?:[ \t]*\|[^\n]*(?:\n|$))+)", re.M)
+LIB_NAME = re.compile(r"`(lib[./][\w./]*\w)`")
 CITED_CAPTION = re.compile(r"〔cite〕[\s.:;。：；]*$")  # the caption ends with a citation role (already replaced)
 
 
@@ -162,3 +167,30 @@ def test_the_citation_checker_reads_roles_and_entries():
         ["a2020x", "b2021y", "c", "d"]
     assert bibliography_keys("@string{x = {y}}\n@inproceedings{a2020x,\n title={T}}\n  @Article{ b2021y ,}") == \
         ["a2020x", "b2021y"]
+
+
+def lib_name_exists(name: str) -> bool:
+    """Whether `lib/x/y.py` is a file, or `lib.x.y.Name` a module (and attributes of it).
+
+    >>> lib_name_exists("lib/train/loop.py"), lib_name_exists("lib.train.loop.OPTIMIZATION"), lib_name_exists("lib.world")
+    (True, True, False)
+    """
+    if "/" in name:
+        return (BOOK.parent / name).exists()
+    parts = name.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attribute in parts[split:]:
+            found = getattr(found, attribute, None)
+        return found is not None
+    return False
+
+
+def test_every_lib_name_in_the_prose_exists():
+    named = {path.name: set(LIB_NAME.findall(markdown_of(path))) for path in NOTEBOOKS + PAGES}
+    assert sum(map(len, named.values())) > 10, "no lib names found in the prose: has the pattern changed?"
+    dead = {page: sorted(n for n in names if not lib_name_exists(n)) for page, names in named.items()}
+    assert not any(dead.values()), f"the prose names lib code that does not exist: { {k: v for k, v in dead.items() if v} }"

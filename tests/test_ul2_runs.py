@@ -69,3 +69,10 @@ def test_questions_in_both_forms_and_bad_ones():
         ul2_evals.ask_slot(ids, slot, "span", "Q")
     with pytest.raises(ValueError, match="inside the line"):
         ul2_evals.ask_slot(ids, 0, "span")
+
+
+def test_rating_breakdown_scores_only_good_and_bad_reviews_and_counts_every_ok():
+    reviews = [f"review: the soup was tasty and the host was kind. rating: {rating}." for rating in
+               ("good", "bad", "ok", "ok")]
+    assert ul2_evals.rating_breakdown(["good", "good", "ok", "good"], reviews) == (0.5, 0.25)
+    assert ul2_evals.rating_breakdown(["ok"] * 4, reviews) == (0.0, 1.0)

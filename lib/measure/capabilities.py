@@ -8,6 +8,7 @@
 - `training_format`: the rating and adjective questions asked in the format the model's own objective
   trained it on (`lib.protocols.training_format_logits`), to tell "does not know" from "was never
   asked this way".
+- `capability_row`: all of these for one model, a row of section 04's table.
 
     >>> [(TOKENIZER.vocab[i], positive) for i, positive in list(ADJECTIVE_IDS.items())[7:9]]
     [('savory', True), ('bland', False)]
@@ -20,8 +21,9 @@ import torch
 from lib.data import world
 from lib.nn.masks import check_kind, for_kind, hide_padding
 from lib.objectives.batches import StackBatch, batch_logits, pad, random_windows, review_stream
-from lib.measure.protocols import (line_ids, review_slots, slot_logits, training_format_accuracy, training_format_logits,
-                           write_spans)
+from lib.measure.evals import line_quality
+from lib.measure.protocols import (line_ids, rating_accuracy, review_slots, slot_logits, training_format_accuracy,
+                                   training_format_logits, write_spans)
 from lib.data.tokenizers import MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
 
 ADJECTIVE_IDS = {TOKENIZER[a]: positive for a, positive in world.FOOD_ADJECTIVES.items()}
@@ -150,3 +152,27 @@ def training_format(model, objective: dict, reviews: list) -> dict:
     fill = _adjective_fills(reviews, lambda ids, slots: training_format_logits(model, objective, ids, slots))
     return {"rating": training_format_accuracy(model, objective, reviews),
             "fill: food adjective": fill["food_adjective"], "fill: right polarity": fill["right_polarity"]}
+
+
+def capability_row(model, kind: str, objective: dict, make_batch, reviews: list, generation: bool = True,
+                   candidates: bool = True) -> tuple:
+    """(row, details): section 04's capability table's numbers for one model on `reviews` (a dict: rating and
+    adjective fill by the shared protocol and in the training format, candidate scoring, generated lines valid
+    and true, accuracy on its own objective), and what lies behind them ({"fill", "lines", "own"}).  objective
+    is the run's recipe config, make_batch its batch function; generation and candidate scoring (the slow
+    columns) can be left out."""
+    fill = adjective_fill(model, kind, reviews)
+    trained_format = training_format(model, objective, reviews)
+    own = objective_accuracy(model, make_batch, objective["window"])
+    row = {"rating: shared": rating_accuracy(model, kind, reviews),
+           "rating: training format": trained_format["rating"],
+           "fill polarity: shared": fill["right_polarity"],
+           "fill polarity: training format": trained_format["fill: right polarity"]}
+    if candidates:
+        row["16 candidates, whole line"] = candidate_scoring(model, kind, reviews)
+    lines = generate_lines(model, kind, len(reviews), seed=0) if generation else []
+    if generation:
+        quality = line_quality(lines)
+        row.update({"generate: valid": quality["valid"], "generate: true": quality["true"]})
+    row["own objective"] = own["accuracy"]
+    return row, {"fill": fill, "lines": lines, "own": own}

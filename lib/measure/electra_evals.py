@@ -4,6 +4,7 @@
     replacement_diagnosis(model, ids, config)   # generator accuracy, classes of replacements, recall per class
     scorer_accuracy(model, reviews)             # the discriminator as a zero-shot rating scorer
     probe_results(encoder, openings)            # section 04's linear probes, every readout and k
+    seed_mean(logs, "electra", "recall_obvious", 2500)   # a logged value at a step, mean over the seeds
 
 A replacement is "preserving" (the line stays true), "changing" (well-formed
 but false) or "obvious" (ill-formed), by the world's rule (`world.check_line`).
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from lib.data import world
 from lib.data.tokenizers import TOKENIZER
 from lib.measure import probes, protocols
+from lib.measure.evals import row_at
 from lib.nn.electra import Electra
 from lib.objectives.batches import electra_batch, mlm_batch
 from lib.objectives.electra import hard_negatives
@@ -103,6 +105,24 @@ def scorer_accuracy(model: Electra, reviews: list) -> float:
     return sum(p == protocols.true_rating(r) for p, r in zip(scorer_predictions(model, reviews), reviews)) / len(reviews)
 
 
+def scorer_accuracy_by_connective(model: Electra, reviews: list) -> dict:
+    """{"and": `scorer_predictions`' accuracy on the reviews joined by "and" (good or bad: needs polarity),
+    "but": on those joined by "but" (always ok)}."""
+    predictions = scorer_predictions(model, reviews)
+    return {kind: sum(p == protocols.true_rating(r) for p, r in zip(predictions, reviews) if f" {kind} " in r)
+            / sum(f" {kind} " in r for r in reviews) for kind in ("and", "but")}
+
+
+def connective_only_accuracy(reviews: list) -> float:
+    """The expected rating accuracy of a scorer that knows only that "but" means ok: every "but" review right,
+    good or bad guessed (half right) for every "and" review.
+
+    >>> connective_only_accuracy(["the soup was tasty but the host was rude.", "the soup was tasty and ..."])
+    0.75
+    """
+    return sum((" but " in r) + 0.5 * (" and " in r) for r in reviews) / len(reviews)
+
+
 def probe_results(encoder, openings: list) -> dict:
     """§04's probe (mean test accuracy over 100 label draws, held-out adjectives) for each readout and k."""
     results = {}
@@ -120,3 +140,22 @@ def examples(model: Electra, context: dict, config: dict) -> list:
     return [{"inputs": batch.inputs[i].tolist(), "selected": batch.selected[i].tolist(),
              "replaced": batch.replaced[i].tolist(), "p_replaced": [round(x, 3) for x in p[i].tolist()]}
             for i in context["shown"]]
+
+
+def seed_values(logs: dict, variant: str, key: str, step: int) -> list:
+    """[the logged `key` at `step`, one per seed, seeds in increasing order] of a variant; logs = {(variant, seed): log}.
+
+    >>> seed_values({("a", 1): [{"step": 5, "x": 2.0}], ("a", 0): [{"step": 5, "x": 1.0}]}, "a", "x", 5)
+    [1.0, 2.0]
+    """
+    return [row_at(logs[(v, s)], step)[key] for v, s in sorted(logs) if v == variant]
+
+
+def seed_mean(logs: dict, variant: str, key: str, step: int) -> float:
+    """The mean of `seed_values`, nan left out (a recall is undefined when its class is empty); nan when all are.
+
+    >>> seed_mean({("a", 0): [{"step": 5, "x": 1.0}], ("a", 1): [{"step": 5, "x": float("nan")}]}, "a", "x", 5)
+    1.0
+    """
+    values = [x for x in seed_values(logs, variant, key, step) if x == x]
+    return sum(values) / len(values) if values else math.nan

@@ -3,7 +3,8 @@
 - `line_batch` + `token_losses`: every document scored on its own; `validation_loss` in nats;
 - `bits_per_char`: validation cross-entropy in bits per character, line by line
   (log2 44 = 5.459 is chance for 44 symbols); `char_bits`: where in a line they go;
-  `entropy_floor_of_lines`: the least any model could pay on the same lines;
+  `entropy_floor_of_lines`: the least any model could pay on the same lines, which depends on
+  their mix of kinds (`character_share_by_kind`);
 - `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
 """
 
@@ -80,6 +81,16 @@ def entropy_floor_of_lines(lines: list = None) -> dict:
     return {kind: floor[kind] for kind in world.KINDS} | {"all": bits / sum(len(line) + 1 for line in lines)}
 
 
+def character_share_by_kind(lines: list) -> dict:
+    """{kind: share of the lines' characters (closing newlines included) in lines of that kind}, every kind.
+
+    >>> character_share_by_kind(["12+34=46.", "base lives in jelka."])["addition"]   # 10 of 10 + 21
+    0.3225806451612903
+    """
+    total = sum(len(line) + 1 for line in lines)
+    return {kind: sum(len(line) + 1 for line in lines if world.kind_of(line) == kind) / total for kind in world.KINDS}
+
+
 def char_bits(model, line: str) -> list:
     """Bits the model pays for each character of `line` and its closing newline."""
     return (token_losses(model, line_batch([line], CHARS)[0])[0] / math.log(2)).tolist()
@@ -139,3 +150,15 @@ def rating_choices(model, reviews: list) -> list:
         scores = [losses[i, len(prefix) - 1:len(x) - 1].sum() for i, x in enumerate(ids)]
         choices.append(world.RATINGS[int(torch.stack(scores).argmin())])
     return choices
+
+
+def row_at(log: list, step: int) -> dict:
+    """The row of a training log written at `step`.
+
+    >>> row_at([{"step": 50, "loss": 0.9}, {"step": 100, "loss": 0.5}], 100)["loss"]
+    0.5
+    """
+    for row in log:
+        if row["step"] == step:
+            return row
+    raise KeyError(f"no row at step {step}; the log has steps {[row['step'] for row in log]}")

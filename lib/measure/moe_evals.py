@@ -3,6 +3,7 @@
     copy = with_capacity(model, 2.0)                 # the same weights, another capacity factor
     shares = dropped_shares(model, windows, [0.5, 1.0, 1.25, 2.0])
     counts = expert_counts_by_class(model, lines, layer=0)  # {character class: first choices per expert}
+    z = router_z_loss(model, windows)                # ST-MoE's router z-loss, mean over the layers
 
 Capacity is a property of a batch: how many tokens an expert may take
 depends on how many tokens were sent together, and which.  In a batch of
@@ -57,6 +58,15 @@ def dropped_shares(model, windows, factors) -> dict:
             layers.append(float((queue_positions(chosen) >= capacity).float().mean()))
         shares[factor] = sum(layers) / len(layers)
     return shares
+
+
+@torch.no_grad()
+def router_z_loss(model, ids) -> float:
+    """ST-MoE's router z-loss (`MoELayer.last["z_loss"]`: the mean squared log-sum-exp of the router logits), mean
+    over the routed layers, on ids (B, T) read as one batch with no capacity limit."""
+    model = with_capacity(model, None)
+    model(ids)
+    return sum(layer.last["z_loss"].item() for layer in model.moe_layers()) / len(model.moe_layers())
 
 
 def expert_counts_by_class(model, lines: list, layer: int = 0) -> dict:

@@ -6,6 +6,8 @@ what they find.
     dense = DualEncoder()                                 # lib.nn.dual_encoder: trained on question/fact pairs
     hits = lexical.search(question("zukun"), k=1)         # [(name, score), ...], best first
     answer = read(reader, [store[n] for n, _ in hits], "zukun")   # " quila."
+    got = read_top1(reader, store, names, lexical.search)          # {name: answer}, every question at once
+    answer_accuracy(got, world.build_world().home)                 # share answered with the city given
 
 A question and its fact share exactly one word, the name.  The question's
 other words (`where`, `does`, ...) are in no line of the store and `lives`,
@@ -114,6 +116,22 @@ def reader_prompt(passages: list, name: str) -> str:
 def read(model, passages: list, name: str) -> str:
     """The model's greedy answer to `name`'s question after these passages (" city." when it answers well)."""
     return answers(model, [reader_prompt(passages, name)])[0]
+
+
+def read_top1(model, store: dict, names, search) -> dict:
+    """{name: the model's greedy answer} with the line of `store` that `search` (question -> [(name, score), ...],
+    best first) ranks first put before each name's question; all questions answered in one batched call."""
+    prompts = [reader_prompt([store[search(question(name))[0][0]]], name) for name in names]
+    return dict(zip(names, answers(model, prompts)))
+
+
+def answer_accuracy(got: dict, cities: dict) -> float:
+    """Share of the people of `got` ({name: answer}) answered " city." with their city in `cities`.
+
+    >>> answer_accuracy({"zukun": " quila.", "ebot": " melo."}, {"zukun": "quila", "ebot": "jelka"})
+    0.5
+    """
+    return sum(got[name] == f" {cities[name]}." for name in got) / len(got)
 
 
 def counterfactual_example(name: str, rng: random.Random) -> tuple:

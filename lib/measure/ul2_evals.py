@@ -94,6 +94,18 @@ def rating_accuracy(model, reviews: list, form: str, mode=None) -> float:
     return sum(a == true_rating(r) for a, r in zip(answers, reviews)) / len(reviews)
 
 
+def rating_breakdown(answers: list, reviews: list) -> tuple:
+    """(share of the good and bad reviews answered right, share of all reviews answered 'ok'): two models
+    with the same accuracy can be right on different reviews.
+
+    >>> rating_breakdown(["good", "ok"], ["review: the soup was tasty and the host was kind. rating: good.",
+    ...                                   "review: the soup was tasty but the host was rude. rating: ok."])
+    (1.0, 0.5)
+    """
+    decided = [(a, r) for a, r in zip(answers, reviews) if true_rating(r) != "ok"]
+    return sum(a == true_rating(r) for a, r in decided) / len(decided), answers.count("ok") / len(answers)
+
+
 def adjective_polarity(model, reviews: list, form: str, mode=None) -> float:
     """The food adjective hidden, argmax over the 16 food adjectives: the share with the polarity the
     rest of the review demands.  The prefix form cannot see the rest, so it can only guess."""

@@ -1,0 +1,122 @@
+"""Counts over the real training batches of an objective (sections 03 and 04): what a batch function makes of
+random windows of the review stream, drawn as training draws them.
+
+- `training_batches`: the batches themselves; `totals`: positions, loss positions, sentinels, ... summed over them;
+- `hidden_spans`: how many spans each example hides and where the first one starts;
+- `slot_counts` / `slot_generator_logits`: a stand-in ELECTRA generator (template-slot frequencies), so that
+  ELECTRA's batches can be counted without a trained generator;
+- `masked_character_counts`: masking characters instead of words, how many masked characters the rest of
+  their word already determines.
+"""
+
+import re
+from collections import Counter
+
+import torch
+
+from lib.data.tokenizers import MASK, NEWLINE_WORD, PAD, SENTINELS, TOKENIZER
+from lib.objectives.batches import VOCAB_SIZE, random_windows
+
+TEMPLATE_SLOTS = 17   # a review and its newline: 17 word tokens
+
+
+def training_batches(make_batch, stream, window: int, batch_size: int, batches: int, seed: int = 0):
+    """The first `batches` batches that make_batch(windows, generator) builds from random `window`-token windows
+    of `stream`, one generator seeded `seed` drawing both the windows and the corruption (as in training)."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(batches):
+        yield make_batch(random_windows(stream, window, batch_size, g), g)
+
+
+def batch_counts(batch) -> Counter:
+    """One batch's counts: positions processed (padding excluded), loss positions, and where the batch has them,
+    sentinel and content targets, ELECTRA's selected and replaced positions, and the source tokens that are
+    neither padding nor <mask> (BART: the loss positions minus these are the words the encoder cannot see)."""
+    counts = Counter(positions=batch.positions if hasattr(batch, "positions") else int(batch.loss_mask.numel()),
+                     loss=int(batch.loss_mask.sum()))
+    if hasattr(batch, "is_sentinel"):
+        counts.update(sentinels=int(batch.is_sentinel.sum()), content=int((batch.loss_mask & ~batch.is_sentinel).sum()),
+                      source_unmasked=int(((batch.source != PAD) & (batch.source != MASK)).sum()))
+    if hasattr(batch, "replaced"):
+        counts.update(selected=int(batch.selected.sum()), replaced=int(batch.replaced.sum()))
+    return counts
+
+
+def totals(make_batch, stream, window: int, batch_size: int, batches: int, seed: int = 0) -> Counter:
+    """`batch_counts` summed over the `training_batches` (integers: divide by batches or by positions yourself)."""
+    total = Counter()
+    for batch in training_batches(make_batch, stream, window, batch_size, batches, seed):
+        total.update(batch_counts(batch))
+    return total
+
+
+def hidden_spans(make_batch, stream, window: int, batch_size: int, batches: int = 50, seed: int = 0) -> tuple:
+    """(Counter {hidden spans in an example: examples}, Counter {where its first span starts: examples with one})
+    over the `training_batches`.  Encoder-decoder batches: a span is a sentinel of the target (the closing one
+    not counted), its start the position of <0> in the source; stack batches (BERT): every loss position is a
+    span of one, the first one the start."""
+    counts, first = Counter(), Counter()
+    for b in training_batches(make_batch, stream, window, batch_size, batches, seed):
+        if hasattr(b, "is_sentinel"):
+            n = b.is_sentinel.sum(1) - 1
+            start = (b.source == SENTINELS[0]).int().argmax(1)
+        else:
+            n = b.loss_mask.sum(1)
+            start = b.loss_mask.int().argmax(1)
+        counts.update(n.tolist())
+        first.update(start[n > 0].tolist())
+    return counts, first
+
+
+def slot_counts(lines: list) -> torch.Tensor:
+    """(TEMPLATE_SLOTS, vocabulary) counts: how often each token fills each slot of the review template, over
+    `lines` (reviews, each read with its closing newline)."""
+    counts = torch.zeros(TEMPLATE_SLOTS, VOCAB_SIZE)
+    for line in lines:
+        for slot, i in enumerate(TOKENIZER.encode(line + "\n")):
+            counts[slot, i] += 1
+    return counts
+
+
+def slot_generator_logits(windows, counts) -> torch.Tensor:
+    """A stand-in generator's logits (B, T, vocabulary): at each position, the log of how often each word fills
+    that template slot (`slot_counts`).  It knows the slot (from where the newlines are), no other context."""
+    logits = torch.empty(*windows.shape, VOCAB_SIZE)
+    for row, w in enumerate(windows):
+        newlines = (w == NEWLINE_WORD).nonzero().flatten().tolist()
+        offset = newlines[0] + 1 if newlines else 0
+        logits[row] = counts[(torch.arange(w.shape[0]) - offset) % TEMPLATE_SLOTS].log()
+    return logits
+
+
+def words_by_length(text: str) -> dict:
+    """{length: [every distinct word (a run of letters or digits) of that length in `text`]}.
+
+    >>> sorted(words_by_length("the soup, 12 and 7")[3])
+    ['and', 'the']
+    """
+    words = {}
+    for word in set(re.findall(r"[a-z0-9]+", text)):
+        words.setdefault(len(word), []).append(word)
+    return words
+
+
+def masked_character_counts(text: str, rate: float = 0.15, seed: int = 0) -> Counter:
+    """Mask each character of `text` with probability `rate` (a generator seeded `seed`) and count: "characters",
+    "masked", and for masked letters and digits inside a word, "letters" / "digits" and "letters determined" /
+    "digits determined": those that only one word of `text` of the same length fits, given the word's unmasked
+    characters."""
+    vocabulary = words_by_length(text)
+    masked = (torch.rand(len(text), generator=torch.Generator().manual_seed(seed)) < rate).tolist()
+    counts = Counter(characters=len(text), masked=sum(masked))
+    for m in re.finditer(r"[a-z0-9]+", text):
+        word, hidden = m.group(), masked[m.start():m.end()]
+        if not any(hidden):
+            continue
+        fits = [w for w in vocabulary[len(word)] if all(h or a == b for a, b, h in zip(w, word, hidden))]
+        kind = "digits" if word.isdigit() else "letters"
+        for i, h in enumerate(hidden):
+            if h:
+                counts[kind] += 1
+                counts[kind + " determined"] += len({w[i] for w in fits}) == 1
+    return counts

@@ -1,0 +1,138 @@
+"""Section 02's measurements of what happens inside a TinyGPT (or a PostLNGPT):
+
+- `leaf_trace`: every leaf module's input and output, in call order (the data flow);
+- `block_writes`: per block, the length of the residual stream entering it, of what its attention and MLP
+  write into it, and the loss's gradient over its parameters;
+- `queries_and_keys`: per layer, the queries and keys the model computes;
+- `prediction_confidence`: how often the likeliest next character is right, and how sure the model is;
+- `ablated` + `ablation_measurements`: the base model with parts switched off by name (the slider's settings),
+  and its bits/char and fact completion, each setting measured once.
+"""
+
+import torch
+
+from lib.measure import answers, evals
+from lib.measure.ablations import ablate
+from lib.nn.models import split_heads
+from lib.objectives.batches import next_token_loss
+
+
+@torch.no_grad()
+def leaf_trace(model, idx) -> list:
+    """[(module name, its input, its output)] of every leaf module (no children) of `model` run on `idx`,
+    in call order; a module returning a tuple is recorded by its first element.
+
+    >>> from lib.nn.models import TinyGPT
+    >>> [(name, tuple(out.shape)) for name, _, out in leaf_trace(TinyGPT(), torch.zeros(1, 5, dtype=torch.long))][:3]
+    [('wte', (1, 5, 64)), ('wpe', (5, 64)), ('blocks.0.ln_1', (1, 5, 64))]
+    """
+    trace = []
+
+    def record(name):
+        return lambda module, inputs, output: trace.append(
+            (name, inputs[0], output[0] if isinstance(output, tuple) else output))
+
+    hooks = [m.register_forward_hook(record(name)) for name, m in model.named_modules()
+             if name and not list(m.children())]
+    try:
+        model(idx)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return trace
+
+
+def block_writes(model, batch) -> list:
+    """Per block of `model`, a row {"block", "stream in", "attention writes", "MLP writes", "writes / stream",
+    "gradient"} on a batch of token windows (B, T + 1): the mean length (L2 norm over the positions) of the
+    residual stream entering the block and of what its attention and MLP write, the two writes' sum over the
+    stream, and the norm of the next-token loss's gradient over the block's parameters.  Changes no weight
+    and no `.grad`."""
+    seen, hooks = {}, []
+    for i, block in enumerate(model.blocks):
+        hooks += [block.register_forward_pre_hook(lambda _, args, i=i: seen.__setitem__((i, "stream in"), args[0])),
+                  block.attn.register_forward_hook(lambda _, __, out, i=i: seen.__setitem__((i, "attention"), out[0])),
+                  block.mlp.register_forward_hook(lambda _, __, out, i=i: seen.__setitem__((i, "MLP"), out))]
+    try:
+        loss = next_token_loss(model, batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    length = {key: float(t.detach().norm(dim=-1).mean()) for key, t in seen.items()}
+    per_block = [list(block.parameters()) for block in model.blocks]
+    gradients = iter(torch.autograd.grad(loss, [p for params in per_block for p in params]))
+    return [{"block": i, "stream in": length[i, "stream in"], "attention writes": length[i, "attention"],
+             "MLP writes": length[i, "MLP"],
+             "writes / stream": (length[i, "attention"] + length[i, "MLP"]) / length[i, "stream in"],
+             "gradient": float(torch.cat([next(gradients).flatten() for _ in params]).norm())}
+            for i, params in enumerate(per_block)]
+
+
+@torch.no_grad()
+def queries_and_keys(model, ids) -> list:
+    """Per layer of `model`, [q, k], each (windows, heads, T, d_h), as the model computes them on `ids` (windows, T)."""
+    outputs = []
+    hooks = [block.attn.qkv.register_forward_hook(lambda module, given, out: outputs.append(out))
+             for block in model.blocks]
+    try:
+        model(ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [[split_heads(t, model.config.n_heads) for t in out.split(model.config.d_model, dim=-1)[:2]]
+            for out in outputs]
+
+
+@torch.no_grad()
+def prediction_confidence(model, lines: list) -> dict:
+    """How often the model's likeliest next character is right, and how sure it is, over every prediction of
+    `lines` (each scored on its own, as `evals.bits_per_char` does): {"top-1 accuracy", "mean top probability",
+    "mean top probability when wrong"}, the last over the wrong predictions only."""
+    right = top = top_wrong = wrong = count = 0.0
+    for ids, real in evals.batches_by_length(lines):                 # equal lengths: no padding to see
+        best = model(ids[:, :-1]).softmax(-1).max(-1)
+        miss = (best.indices != ids[:, 1:]).float() * real
+        right += float(real.sum() - miss.sum())
+        top += float((best.values * real).sum())
+        top_wrong += float((best.values * miss).sum())
+        wrong += float(miss.sum())
+        count += float(real.sum())
+    return {"top-1 accuracy": right / count, "mean top probability": top / count,
+            "mean top probability when wrong": top_wrong / wrong}
+
+
+FULL = "attention + MLP"
+LAYER_SETTINGS = {FULL: (), "no attention": ("attention_off",), "no MLP": ("mlp_off",)}   # what each switches off
+
+
+def ablated(model, positions="learned", layer_0=FULL, layer_1=FULL, mask="causal"):
+    """A copy of the two-layer `model` (`ablations.ablate`) with parts switched off by name: positions "learned"
+    or "zeroed", each layer one of LAYER_SETTINGS, mask "causal" or "bidirectional".
+
+    >>> from lib.nn.models import TinyGPT
+    >>> ablated(TinyGPT(), layer_1="no MLP", mask="bidirectional")
+    WithMask(bidirectional, zero_positions=False, attention_off=(), mlp_off=(1,))
+    """
+    off = {"attention_off": [], "mlp_off": []}
+    for layer, setting in enumerate([layer_0, layer_1]):
+        for what in LAYER_SETTINGS[setting]:
+            off[what].append(layer)
+    return ablate(model, zero_positions=positions == "zeroed", mask=mask, **off)
+
+
+def ablation_measurements(model):
+    """A function measure(**setting) -> {"bits/char", "fact completion", "q: where does base live? a:"}: the
+    validation bits per character, the share of fact questions answered right and base's answer (its repr)
+    of `ablated(model, **setting)`; each setting is measured once and remembered."""
+    results = {}
+
+    def measure(positions="learned", layer_0=FULL, layer_1=FULL, mask="causal"):
+        key = (positions, layer_0, layer_1, mask)
+        if key not in results:
+            copy = ablated(model, *key)
+            facts = answers.fact_completion(copy)
+            results[key] = {"bits/char": evals.bits_per_char(copy), "fact completion": facts["accuracy"],
+                            "q: where does base live? a:": repr(facts["answers"]["base"])}
+        return results[key]
+
+    return measure

@@ -1,0 +1,67 @@
+"""lib.measure.batch_stats: counts over an objective's training batches, checked on batches small enough to
+count by hand."""
+
+import torch
+
+from lib.data.tokenizers import MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
+from lib.measure import batch_stats
+from lib.objectives import batches as ob
+
+STREAM = ob.review_stream("train")
+A, B, C, D, E = (TOKENIZER[w] for w in ("the", "soup", "was", "tasty", "."))
+
+
+def two_spans(windows, generator):
+    """Every window loses tokens 2..3 and 6 (two spans; <0> at source position 2)."""
+    return ob.encoder_decoder_batch(*zip(*[ob.corrupt_spans(row, [(2, 4), (6, 7)]) for row in windows.tolist()]))
+
+
+def test_counts_of_a_stack_batch():
+    batch = ob.lm_batch(torch.tensor([[A, B, C, D, E]] * 2))           # 2 windows: 4 positions each, all targets
+    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 8}
+
+
+def test_counts_of_an_encoder_decoder_batch():
+    # source: the <mask> soup ., target: the soup was tasty . (BART: two words hidden behind one <mask>)
+    batch = ob.encoder_decoder_batch([[A, MASK, B, E]], [[A, B, C, D, E]], [[False] * 5])
+    assert batch_stats.batch_counts(batch) == {"positions": 9, "loss": 5, "sentinels": 0, "content": 5,
+                                               "source_unmasked": 3}
+    # T5: the soup <0> tasty . -> <0> was <1>: two sentinel targets, one hidden word
+    batch = ob.encoder_decoder_batch(*zip(ob.corrupt_spans([A, B, C, D, E], [(2, 3)])))
+    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 3, "sentinels": 2, "content": 1,
+                                               "source_unmasked": 5}
+
+
+def test_totals_sum_the_training_batches():
+    total = batch_stats.totals(ob.lm_batch, STREAM, 9, 4, 3)           # 3 batches of 4 windows of 8 positions
+    assert total == {"positions": 96, "loss": 96}
+    made = list(batch_stats.training_batches(ob.mlm_batch, STREAM, 9, 4, 3, seed=5))
+    assert batch_stats.totals(ob.mlm_batch, STREAM, 9, 4, 3, seed=5)["loss"] == sum(int(b.loss_mask.sum()) for b in made)
+    assert batch_stats.totals(ob.mlm_batch, STREAM, 9, 4, 3, seed=6) != batch_stats.totals(ob.mlm_batch, STREAM, 9, 4, 3, seed=5)
+
+
+def test_hidden_spans():
+    counts, first = batch_stats.hidden_spans(two_spans, STREAM, 10, 4, batches=2)
+    assert counts == {2: 8} and first == {2: 8}                      # 8 examples, 2 spans each, <0> at position 2
+    masked = lambda w, g: ob.stack_batch(w, w, torch.tensor([[False, True, False, True, True]] * len(w)),
+                                         torch.full((len(w),), w.shape[1]))
+    counts, first = batch_stats.hidden_spans(masked, STREAM, 5, 3, batches=1)
+    assert counts == {3: 3} and first == {1: 3}                      # a stack batch: one span per loss position
+
+
+def test_slot_generator_reads_the_slot_after_the_newline():
+    counts = torch.arange(1.0, 1 + batch_stats.TEMPLATE_SLOTS * ob.VOCAB_SIZE).view(batch_stats.TEMPLATE_SLOTS, -1)
+    logits = batch_stats.slot_generator_logits(torch.tensor([[A, NEWLINE_WORD, B], [A, B, C]]), counts)
+    assert torch.equal(logits[0, 2], counts[0].log())               # right after the newline: slot 0
+    assert torch.equal(logits[0, 0], counts[15].log())              # two before it: the review's slot 15
+    assert torch.equal(logits[1, 1], counts[1].log())               # no newline: the window starts at slot 0
+    review = "review: the soup was tasty and the host was kind. rating: good."
+    assert batch_stats.slot_counts([review] * 3)[3, TOKENIZER["soup"]] == 3   # review : the soup
+
+
+def test_masked_character_counts():
+    # everything masked: "cat" and "cot" share c_t, so 2 of each word's 3 letters are determined
+    assert batch_stats.masked_character_counts("cat cot\n", rate=1.0) == {
+        "characters": 8, "masked": 8, "letters": 6, "letters determined": 4}
+    assert batch_stats.masked_character_counts("cat cot\n", rate=0.0) == {"characters": 8, "masked": 0}
+    assert sorted(batch_stats.words_by_length("cat 12 cot\n")[3]) == ["cat", "cot"]

@@ -1,0 +1,119 @@
+"""lib.measure.inside: section 02's measurements (the data flow, block writes, q and k, confidence, ablations)."""
+
+import math
+
+import torch
+import torch.nn as nn
+
+from lib.measure import answers, evals, inside
+from lib.nn.models import TinyGPT, split_heads
+from lib.objectives.batches import next_token_loss
+from lib.data.tokenizers import CharTokenizer
+
+CHARS = CharTokenizer()
+
+
+def seeded_model(seed=0):
+    torch.manual_seed(seed)
+    return TinyGPT().eval()
+
+
+def no_hooks(model) -> bool:
+    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_leaf_trace_follows_the_data_flow():
+    model = seeded_model()
+    idx = torch.randint(44, (2, 7))
+    trace = inside.leaf_trace(model, idx)
+    per_block = ["ln_1", "attn.qkv", "attn.proj", "ln_2", "mlp.fc", "mlp.fc2"]
+    assert [name for name, _, _ in trace] == (["wte", "wpe"] + [f"blocks.{layer}.{part}" for layer in range(2)
+                                                                for part in per_block] + ["ln_f"])
+    out = {name: output for name, _, output in trace}
+    given = {name: x for name, x, _ in trace}
+    assert torch.equal(given["wte"], idx) and torch.equal(given["wpe"], torch.arange(7))
+    assert torch.equal(given["blocks.0.ln_1"], out["wte"] + out["wpe"])           # the residual stream starts here
+    with torch.no_grad():
+        assert torch.equal(out["ln_f"] @ model.wte.weight.T, model(idx))
+    assert no_hooks(model)
+
+
+def test_block_writes_lengths_and_gradient():
+    model = seeded_model()
+    with torch.no_grad():
+        model.blocks[1].mlp.fc2.weight.zero_()          # block 1's MLP writes nothing
+        model.blocks[1].mlp.fc2.bias.zero_()
+    batch = torch.randint(44, (3, 11))
+    rows = inside.block_writes(model, batch)
+    assert [row["block"] for row in rows] == [0, 1]
+    with torch.no_grad():
+        stream = model.wte(batch[:, :-1]) + model.wpe(torch.arange(10))
+        attention = model.blocks[0].attn(model.blocks[0].ln_1(stream), torch.ones(10, 10).tril().bool()[None])[0]
+    assert math.isclose(rows[0]["stream in"], float(stream.norm(dim=-1).mean()), rel_tol=1e-6)
+    assert math.isclose(rows[0]["attention writes"], float(attention.norm(dim=-1).mean()), rel_tol=1e-5)
+    assert rows[1]["MLP writes"] == 0.0 and rows[1]["attention writes"] > 0
+    for row in rows:
+        assert row["writes / stream"] == (row["attention writes"] + row["MLP writes"]) / row["stream in"]
+    assert all(p.grad is None for p in model.parameters()) and no_hooks(model)   # it leaves the model as it was
+    next_token_loss(model, batch).backward()         # the same gradient as a plain backward pass
+    assert [row["gradient"] for row in rows] == [
+        float(torch.cat([p.grad.flatten() for p in block.parameters()]).norm()) for block in model.blocks]
+
+
+def test_queries_and_keys_of_the_first_layer_by_hand():
+    model = seeded_model()
+    ids = torch.randint(44, (2, 9))
+    per_layer = inside.queries_and_keys(model, ids)
+    assert len(per_layer) == 2 and [tuple(t.shape) for t in per_layer[1]] == [(2, 4, 9, 16)] * 2
+    with torch.no_grad():
+        h = model.blocks[0].ln_1(model.wte(ids) + model.wpe(torch.arange(9)))
+        weight, bias = model.blocks[0].attn.qkv.weight, model.blocks[0].attn.qkv.bias
+        q = split_heads(h @ weight[:64].T + bias[:64], 4)
+        k = split_heads(h @ weight[64:128].T + bias[64:128], 4)
+    assert torch.allclose(per_layer[0][0], q, atol=1e-5) and torch.allclose(per_layer[0][1], k, atol=1e-5)
+    assert no_hooks(model)
+
+
+class Lookup(nn.Module):
+    """Next-character probabilities that depend on the current character only: {current: (best, its p)},
+    the rest of each row spread evenly over the other 43 characters."""
+
+    def __init__(self, rows: dict):
+        super().__init__()
+        self.table = torch.full((44, 44), 1 / 44)
+        for current, (best, p) in rows.items():
+            self.table[CHARS.stoi[current]] = (1 - p) / 43
+            self.table[CHARS.stoi[current], CHARS.stoi[best]] = p
+
+    def forward(self, ids):
+        return self.table[ids].log()
+
+
+def test_prediction_confidence_on_a_lookup_table():
+    # "\nab\n": after "\n" it says 'a' (right, 0.9), after 'a' 'c' (wrong, 0.6), after 'b' "\n" (right, 0.8)
+    model = Lookup({"\n": ("a", 0.9), "a": ("c", 0.6), "b": ("\n", 0.8)})
+    result = inside.prediction_confidence(model, ["ab", "ab"])
+    assert math.isclose(result["top-1 accuracy"], 2 / 3)
+    assert math.isclose(result["mean top probability"], (0.9 + 0.6 + 0.8) / 3, rel_tol=1e-6)
+    assert math.isclose(result["mean top probability when wrong"], 0.6, rel_tol=1e-6)
+
+
+def test_ablated_switches_off_what_the_names_say():
+    assert repr(inside.ablated(TinyGPT())) == "WithMask(causal, zero_positions=False, attention_off=(), mlp_off=())"
+    assert repr(inside.ablated(TinyGPT(), "zeroed", "no attention", "no MLP", "bidirectional")) == \
+        "WithMask(bidirectional, zero_positions=True, attention_off=(0,), mlp_off=(1,))"
+    assert list(inside.LAYER_SETTINGS) == ["attention + MLP", "no attention", "no MLP"]
+
+
+def test_ablation_measurements_measure_each_setting_once(monkeypatch):
+    measured = []
+    monkeypatch.setattr(answers, "fact_completion", lambda m: measured.append(repr(m)) or
+                        {"accuracy": 0.5, "answers": {"base": " jaipur."}})
+    monkeypatch.setattr(evals, "bits_per_char", lambda m: 1.25)
+    measure = inside.ablation_measurements(TinyGPT())
+    assert measure() == {"bits/char": 1.25, "fact completion": 0.5, "q: where does base live? a:": "' jaipur.'"}
+    assert measure(positions="learned", mask="causal") is measure()             # the defaults name the same setting
+    measure(layer_1="no MLP")
+    measure(layer_1="no MLP")
+    assert measured == ["WithMask(causal, zero_positions=False, attention_off=(), mlp_off=())",
+                        "WithMask(causal, zero_positions=False, attention_off=(), mlp_off=(1,))"]
