@@ -189,6 +189,28 @@ def test_probe_reads_polarity_only_when_the_features_hold_it():
         probes.probe_scores(noise.repeat(1, 1), k=32, polarity={a: True for a in world.FOOD_ADJECTIVES})
 
 
+def test_the_probe_summary_is_the_probe_its_spread_and_its_shuffled_control():
+    polarity = probes.LABELS[:, None] * 2 - 1
+    noise = torch.randn(len(probes.PAIRS), 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    features = torch.cat([polarity, noise], 1)
+    summary = probes.probe_summary(features, k=32, shuffles=3)
+    assert summary["mean"] == summary["low"] == summary["high"] == summary["mean at k_large"] == 1.0
+    shuffled = [probes.probe_accuracy(features, 32, polarity=probes.shuffled_polarity(s)) for s in range(3)]
+    assert summary["shuffled"] == sum(shuffled) / 3 < 0.9
+
+
+def test_ratings_by_connective_counts_each_review_once(monkeypatch):
+    reviews = protocols.new_reviews(12)
+    said = ["ok", "good", "bad"] * 4
+    monkeypatch.setattr(protocols, "rating_predictions", lambda model, kind, lines: said[:len(lines)])
+    counts = protocols.ratings_by_connective(None, "causal", reviews)
+    assert counts.total() == 12
+    for review, word in zip(reviews, said):
+        connective = "and" if " and " in review else "but"
+        assert counts[connective, protocols.true_rating(review), word] >= 1
+    assert all(c == "but" for c, truth, _ in counts if truth == "ok")    # "but" reviews are the mixed ones
+
+
 @pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_every_readout_gives_one_vector_per_opening(kind):
     model = trainer.build_model(dict(tiny_config("t5_span" if kind == "encoder-decoder" else "gpt"), kind=kind))

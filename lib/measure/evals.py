@@ -162,3 +162,12 @@ def row_at(log: list, step: int) -> dict:
         if row["step"] == step:
             return row
     raise KeyError(f"no row at step {step}; the log has steps {[row['step'] for row in log]}")
+
+
+def first_step_reaching(log: list, key: str, level: float) -> int:
+    """The first logged step whose `key` is at least `level`, or None if no row reaches it.
+
+    >>> first_step_reaching([{"step": 50, "acc": 0.5}, {"step": 100, "acc": 0.96}], "acc", 0.95)
+    100
+    """
+    return next((row["step"] for row in log if row[key] >= level), None)

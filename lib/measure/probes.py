@@ -150,3 +150,14 @@ def spread(scores: list, share: float = 0.9) -> tuple:
     ordered, cut = sorted(scores), (1 - share) / 2
     low, high = ordered[round(cut * (len(ordered) - 1))], ordered[round((1 - cut) * (len(ordered) - 1))]
     return sum(ordered) / len(ordered), low, high
+
+
+def probe_summary(features, k: int = 32, k_large: int = 128, shuffles: int = 10) -> dict:
+    """The numbers of one row of §04's probe table, from one model's features (`representations`):
+    "mean", "low", "high" at k labelled adjectives (`spread` over 100 label draws), "mean at k_large", and
+    "shuffled": the mean at k over `shuffles` random relabellings of the adjectives (`shuffled_polarity`),
+    what the probe reads when the labels mean nothing."""
+    mean, low, high = spread(probe_scores(features, k))
+    shuffled = [probe_accuracy(features, k, polarity=shuffled_polarity(seed)) for seed in range(shuffles)]
+    return {"mean": mean, "low": low, "high": high, "mean at k_large": probe_accuracy(features, k_large),
+            "shuffled": sum(shuffled) / len(shuffled)}

@@ -33,6 +33,7 @@ the training stream:
 """
 
 import random
+from collections import Counter
 
 import torch
 
@@ -117,6 +118,14 @@ def rating_predictions(model, kind: str, reviews: list) -> list:
     ids = [line_ids(r) for r in reviews]
     logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])[:, RATING_IDS]
     return [world.RATINGS[i] for i in logits.argmax(-1).tolist()]
+
+
+def ratings_by_connective(model, kind: str, reviews: list) -> Counter:
+    """Counter {(connective, true rating, predicted rating): reviews} of `rating_predictions`, the connective
+    being "and" (the two adjectives agree: good or bad) or "but" (they disagree: ok)."""
+    predicted = rating_predictions(model, kind, reviews)
+    return Counter(("and" if " and " in review else "but", true_rating(review), said)
+                   for review, said in zip(reviews, predicted))
 
 
 def true_rating(review: str) -> str:
