@@ -230,5 +230,10 @@ def test_bad_requests_say_what_is_wrong():
         protocols.rating_accuracy(Oracle("causal"), "sideways", REVIEWS)
     with pytest.raises(ValueError, match="slot"):
         protocols.slot_logits(Oracle("causal"), "causal", [[1, 2]], [0])
-    with pytest.raises(SystemExit, match="no run is called 'compare_gpt4'; did you mean"):
+    with pytest.raises(SystemExit, match="no run is called 'compare_gpt4'; did you mean") as error:
         recipes_cli.main(["--only", "compare_gpt4", "--list"])
+    from lib import recipes
+    assert all(r.name in str(error.value) for r in recipes.all_runs())     # the known names are listed
+    for flags in (["--all"], ["--sample", "2"]):                           # a flag without its mode
+        with pytest.raises(SystemExit):
+            recipes_cli.main(flags)

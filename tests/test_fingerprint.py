@@ -72,9 +72,12 @@ def test_a_changed_schedule_is_caught(saved, monkeypatch):
 
 
 def test_a_different_evaluation_is_caught(saved):
-    moved = dict(saved, evaluation={"val_loss": saved["evaluation"]["val_loss"] * 1.1})
+    moved = dict(saved, evaluation={"val_loss": saved["evaluation"]["val_loss"] * 1.001})   # a loss: strict
     ratio, where, _ = fingerprint.deviation(saved, moved)
     assert ratio > 1 and where == "evaluation.val_loss"
+    shares = {"evaluation": {"rating_accuracy": 0.62, "val_loss": 1.5}}    # one review of 100 flips: allowed
+    assert fingerprint.deviation(shares, {"evaluation": {"rating_accuracy": 0.63, "val_loss": 1.5}})[0] <= 1
+    assert fingerprint.deviation(shares, {"evaluation": {"rating_accuracy": 0.66, "val_loss": 1.5}})[0] > 1
     assert fingerprint.deviation(saved, dict(saved, evaluation={}))[0] == float("inf")
 
 
@@ -121,3 +124,17 @@ def test_the_weight_summary_leaves_out_key_biases_and_nothing_else():
     with torch.no_grad():
         model.decoder[0].cross.kv.bias[8] += 1e-2        # a value bias: it changes what the model computes
     assert fingerprint.weight_summary(model) != before
+
+
+def test_recording_a_fingerprint_between_log_rows_leaves_the_log_alone():
+    """A replay's evaluation at step K < eval_every must not disturb what the log's first row sums (an MoE's
+    routing shares are sums over the logging interval)."""
+    from lib.recipes.moe import run_config
+
+    moe = run_config("moe_top1")
+    config = dict(moe, model=dict(moe["model"], d_model=16, n_heads=2, n_layers=1), steps=24, batch_size=4,
+                  eval_every=12)
+    assert char_lm.fingerprint_steps(config) == 10 < config["eval_every"]
+    plain = char_lm.train_char_lm(config)[1]
+    recorded = processes.train_with_fingerprint(Run("tiny_moe", config, char_lm.train_char_lm))[1]
+    assert plain[0]["dropped"] and plain == recorded

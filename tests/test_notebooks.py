@@ -194,3 +194,25 @@ def test_every_lib_name_in_the_prose_exists():
     assert sum(map(len, named.values())) > 10, "no lib names found in the prose: has the pattern changed?"
     dead = {page: sorted(n for n in names if not lib_name_exists(n)) for page, names in named.items()}
     assert not any(dead.values()), f"the prose names lib code that does not exist: { {k: v for k, v in dead.items() if v} }"
+
+
+def code_lines(source: str) -> int:
+    r"""Lines of code in a cell: not blank, not a comment (the rule DESIGN.md's 25-line limit is counted by).
+
+    >>> code_lines("x = 1\n\n# why\ny = 2  # fine\n")
+    2
+    """
+    return sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+PRIVATE_NAME = re.compile(r"(?<![\w.])(?:[A-Za-z]\w*\.)+_[A-Za-z]\w*")   # module.or.object._private
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_cells_are_short_and_call_public_names_only(path):
+    cells = ["".join(c["source"]) for c in load(path)["cells"] if c["cell_type"] == "code"]
+    long = {i: code_lines(source) for i, source in enumerate(cells) if code_lines(source) > 25}
+    assert not long, f"{path.name}: code cells over 25 lines (machinery belongs in lib): {long}"
+    private = sorted({name for source in cells for name in PRIVATE_NAME.findall(source)})
+    assert not private, f"{path.name} reaches into private names: {private}"
+    assert PRIVATE_NAME.findall("x = moe.MoELayer._routed(h) + np.pi") == ["moe.MoELayer._routed"]

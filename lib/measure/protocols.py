@@ -39,7 +39,7 @@ import torch
 
 from lib.objectives import batches
 from lib.data import world
-from lib.nn.masks import bidirectional_mask, causal_mask, check_kind, for_kind, hide_padding
+from lib.nn.masks import check_kind, encoder_decoder_masks, for_kind, hide_padding
 from lib.objectives.batches import pad
 from lib.data.tokenizers import BOS, MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
 
@@ -82,9 +82,8 @@ def decoder_logits(model, sources: list, targets: list):
     (lists of one length): the encoder sees every real source token, the decoder reads causally."""
     source, is_pad = pad(sources)
     target = torch.tensor(targets)
-    S, T = source.shape[1], target.shape[1]
-    return model(source, target, hide_padding(bidirectional_mask(S), is_pad), causal_mask(T),
-                 hide_padding(torch.ones(T, S, dtype=torch.bool), is_pad))
+    masks = encoder_decoder_masks(source.shape[1], target.shape[1], is_pad)
+    return model(source, target, masks["encoder"], masks["decoder"], masks["cross"])
 
 
 @torch.no_grad()
@@ -236,10 +235,8 @@ def training_format_logits(model, objective: dict, sequences: list, slots: list,
         sources, decoder_inputs = zip(*examples)
         source, source_pad = pad(list(sources))
         target, target_pad = pad(list(decoder_inputs))
-        S, T = source.shape[1], target.shape[1]
-        logits = model(source, target, hide_padding(bidirectional_mask(S), source_pad),
-                       hide_padding(causal_mask(T), target_pad), hide_padding(torch.ones(T, S, dtype=torch.bool),
-                                                                              source_pad))
+        masks = encoder_decoder_masks(source.shape[1], target.shape[1], source_pad, target_pad)
+        logits = model(source, target, masks["encoder"], masks["decoder"], masks["cross"])
         return logits[rows, torch.tensor([len(t) - 1 for t in decoder_inputs])]
     inputs, prefixes = zip(*examples)
     ids, is_pad = pad(list(inputs))

@@ -69,18 +69,31 @@ def for_kind(kind: str, T: int, prefix_lengths=None) -> torch.Tensor:
                      else "a prefix LM's mask needs prefix_lengths")
 
 
-def encoder_decoder_masks(source_len: int, target_len: int) -> dict:
+def encoder_decoder_masks(source_len: int, target_len: int, source_pad=None, target_pad=None) -> dict:
     """The three blocks of an encoder-decoder (T5, BART).
 
     encoder: (S, S) bidirectional self-attention over the input;
     decoder: (T, T) causal self-attention over the output written so far;
     cross:   (T, S) every output position reads every encoder output.
 
+    For a padded batch, source_pad (B, S) hides the source's padding keys from the encoder and from
+    cross-attention (`hide_padding`), and target_pad (B, T), when given, the decoder's; each mask is then
+    (B, rows, cols).
+
     >>> {k: tuple(m.shape) + (int(m.sum()),) for k, m in encoder_decoder_masks(5, 3).items()}
     {'encoder': (5, 5, 25), 'decoder': (3, 3, 6), 'cross': (3, 5, 15)}
+    >>> padded = encoder_decoder_masks(3, 2, source_pad=torch.tensor([[False, False, True]]))
+    >>> {k: (tuple(m.shape), int(m.sum())) for k, m in padded.items()}    # (shape, visible entries)
+    {'encoder': ((1, 3, 3), 6), 'decoder': ((1, 2, 2), 3), 'cross': ((1, 2, 3), 4)}
     """
-    return {"encoder": bidirectional_mask(source_len), "decoder": causal_mask(target_len),
-            "cross": torch.ones(target_len, source_len, dtype=torch.bool)}
+    masks = {"encoder": bidirectional_mask(source_len), "decoder": causal_mask(target_len),
+             "cross": torch.ones(target_len, source_len, dtype=torch.bool)}
+    if source_pad is None:
+        return masks
+    decoder = (hide_padding(masks["decoder"], target_pad) if target_pad is not None
+               else masks["decoder"].expand(len(source_pad), target_len, target_len).clone())
+    return {"encoder": hide_padding(masks["encoder"], source_pad), "decoder": decoder,
+            "cross": hide_padding(masks["cross"], source_pad)}
 
 
 def hide_padding(mask: torch.Tensor, is_pad: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from lib.data import world
-from lib.nn.masks import bidirectional_mask, causal_mask, hide_padding, prefix_masks
+from lib.nn.masks import bidirectional_mask, encoder_decoder_masks, hide_padding, prefix_masks
 from lib.data.tokenizers import BOS, FIRST_ORDINARY, MASK, MODE_TOKENS, NUM_SENTINELS, PAD, SENTINELS, TOKENIZER
 
 VOCAB_SIZE = len(TOKENIZER)
@@ -326,11 +326,9 @@ def encoder_decoder_batch(sources: list, targets: list, is_sentinel: list, modes
     for b in range(B):
         sentinel_mask[b, :len(targets[b])] = torch.tensor(is_sentinel[b], dtype=torch.bool)
     decoder_input = torch.cat([torch.full((B, 1), BOS), target[:, :-1]], dim=1)
-    return EncoderDecoderBatch(source, decoder_input, target, ~target_pad,
-                               hide_padding(bidirectional_mask(S), source_pad),
-                               causal_mask(T).expand(B, T, T).clone(),
-                               hide_padding(torch.ones(T, S, dtype=torch.bool), source_pad),
-                               sentinel_mask, modes)
+    masks = encoder_decoder_masks(S, T, source_pad)      # the decoder's padding is after every real target
+    return EncoderDecoderBatch(source, decoder_input, target, ~target_pad, masks["encoder"], masks["decoder"],
+                               masks["cross"], sentinel_mask, modes)
 
 
 def span_corruption_batch(windows, generator, noise_density: float = 0.15,

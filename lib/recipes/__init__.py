@@ -26,7 +26,10 @@ def all_runs() -> list:
     found = {}
     for module in modules:
         for r in module.runs():
-            found.setdefault(r.name, r)   # a run two sections share (the base model's seeds) is listed once
+            # a run two sections share (the base model's seeds) is listed once; one name for two runs is an error
+            if r.name in found and cache.checkpoint_key(found[r.name]) != cache.checkpoint_key(r):
+                raise ValueError(f"two different runs are called {r.name!r} ({module.__name__} and another section)")
+            found.setdefault(r.name, r)
     return list(found.values())
 
 
@@ -36,7 +39,7 @@ def run(name: str) -> cache.Run:
     if name not in runs:
         close = difflib.get_close_matches(name, runs, n=5, cutoff=0.5)
         raise KeyError(f"no run is called {name!r}" + (f"; did you mean {close}?" if close else "")
-                       + f" ({len(runs)} runs: `python -m lib.recipes --list` lists them)")
+                       + f"\nthe {len(runs)} runs: {', '.join(runs)}")
     return runs[name]
 
 

@@ -68,6 +68,11 @@ def check_fingerprints(runs: list, processes_count: int) -> bool:
     replayed = processes.replay_fingerprints(runs, processes_count)
     ok = True
     for r in runs:
+        if not cache.is_current(r):    # another config, data or version: retrain it, bumping nothing
+            print(f"FAIL {r.name}: its checkpoint is stale or missing (config, data, trainer version or a parent "
+                  f"changed): retrain it with `python -m lib.recipes --only {r.name}`")
+            ok = False
+            continue
         saved = cache.read(cache.path_of(r)).get("fingerprint")
         if saved is None:
             print(f"FAIL {r.name}: its checkpoint has no fingerprint")
@@ -118,6 +123,10 @@ def main(argv=None):
     parser.add_argument("--reproduce", type=Path, metavar="DIR", help="retrain into DIR and compare")
     parser.add_argument("--sample", type=positive, metavar="N", help="with --reproduce: N runs drawn at random")
     args = parser.parse_args(argv)
+    if args.all and not args.check_fingerprints:
+        parser.error("--all goes with --check-fingerprints")
+    if args.sample and not args.reproduce:
+        parser.error("--sample goes with --reproduce")
     # `kill` stops the training processes too (as Ctrl-C does): nothing keeps running unseen
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = selected(args.only)

@@ -28,7 +28,6 @@ from lib.trainers.ul2 import train_ul2
 
 STEPS, BATCH_SIZE, EVAL_EVERY, SEEDS = 2500, 8, 250, (0, 1, 2)
 EVAL_WINDOWS = 32            # validation windows per denoiser in the log
-BACKBONES = ("decoder", "encoder-decoder")
 
 
 @dataclass(frozen=True)

@@ -45,16 +45,22 @@ def build_network(config: dict):
 
 
 class RoutingRecorder:
-    """Sums each MoE layer's routing over the training steps; `row()` gives the means since the last row."""
+    """Sums each MoE layer's routing over the training steps of one logging interval (`every` steps);
+    `row()` gives the means since the interval began.  Reading a row changes nothing (a fingerprint may
+    read one between two log rows); the sums restart when the next interval's first step is recorded."""
 
-    def __init__(self, model):
+    def __init__(self, model, every: int):
         self.layers = model.moe_layers() if isinstance(model, MoEGPT) and model.config.n_experts else []
+        self.every, self.recorded = every, 0
         self.reset()
 
     def reset(self):
         self.steps, self.load, self.dropped, self.balance = 0, [0.0] * len(self.layers), [0] * len(self.layers), 0.0
 
     def record(self):
+        if self.recorded and self.recorded % self.every == 0:   # the first step after a log row
+            self.reset()
+        self.recorded += 1
         self.steps += 1
         for i, layer in enumerate(self.layers):
             self.load[i] = self.load[i] + layer.last["load"]
@@ -64,10 +70,8 @@ class RoutingRecorder:
     def row(self) -> dict:
         if not self.layers:
             return {}
-        row = {"load": [(load / self.steps).tolist() for load in self.load],
-               "dropped": [d / self.steps for d in self.dropped], "balance": self.balance / self.steps}
-        self.reset()
-        return row
+        return {"load": [(load / self.steps).tolist() for load in self.load],
+                "dropped": [d / self.steps for d in self.dropped], "balance": self.balance / self.steps}
 
 
 def fingerprint_steps(config: dict) -> int:
@@ -91,7 +95,7 @@ def train_char_lm(config: dict, parents=(), desc: str = "train"):
     # Windows never end on the text's last character: the base model has always been trained so.
     stream = torch.tensor(evals.CHARS.encode(world.load_text("train")))[:-1]
     val = evals.line_batch(world.load_text("val").splitlines())
-    routing, per_step, last = RoutingRecorder(model), {"step_losses": [], "stream_lengths": []}, {}
+    routing, per_step, last = RoutingRecorder(model, config["eval_every"]), {"step_losses": [], "stream_lengths": []}, {}
     if config.get("log_steps"):
         hook = model.blocks[-1].register_forward_hook(lambda module, args, out: last.__setitem__("stream", out[0]))
 
