@@ -28,12 +28,12 @@ from lib.nn.models import CrossAttention, ModelConfig, SelfAttention
 
 TOLERANCE = 1e-4      # |replayed - saved| / max(1, |saved|) allowed for losses, weights and the evaluation's floats,
 # / |saved| for rates; except for the evaluation's shares of a few hundred items (SHARES: the last name of the
-# number's path): an accuracy over 100 reviews moves in steps of 0.01 and a probability rounded to 3 decimals in
-# steps of 0.001, so one rounding difference on another CPU may flip one of them.  A new kind of share is strict
-# until it is named here.  Integers of the evaluation (token ids, counts) are not compared: a sample drawn on
-# another CPU may differ (see CONTRIBUTING.md)
+# number's path): an accuracy over 100 reviews moves in steps of 0.01, a probability rounded to 3 decimals in
+# steps of 0.001 and an expert's share of the tokens by one token's worth, so one rounding difference on another
+# CPU may flip one of them.  A new kind of share is strict until it is named here.  Integers of the evaluation
+# (token ids, counts) are not compared: a sample drawn on another CPU may differ (see CONTRIBUTING.md)
 EVALUATION_TOLERANCE = 0.02
-SHARES = re.compile(r"accuracy|recall|share|false_alarm|p_replaced|probe_|copy_rate|per_position")
+SHARES = re.compile(r"accuracy|recall|share|false_alarm|p_replaced|probe_|copy_rate|per_position|load|dropped")
 STEPS = 50            # the most steps a fingerprint covers by default: replays on other CPUs stay within tolerance
 _ACTIVE = []          # the recorder `fit` reports to, if any (a stack: one training at a time)
 
