@@ -219,10 +219,11 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def train_with_fingerprint(run: Run, stop: bool = False, desc: str = None):
+def train_with_fingerprint(run: Run, stop: bool = False, desc: str = None, directory: Path = None):
     """(model, log, fingerprint) of training the run in this process: the whole run, or (stop=True) a replay
-    of its first K steps.  Parents are loaded from their checkpoints."""
-    parents = tuple(cache.get_or_train(p)[0] for p in run.parents)
+    of its first K steps.  Parents are loaded from their checkpoints in `directory` (default: checkpoints/),
+    where the run itself is trained: a retrain into another folder retrains the whole chain."""
+    parents = tuple(cache.get_or_train(p, directory)[0] for p in run.parents)
     with fingerprint.recording(run.train_fn.fingerprint_steps(run.config), stop=stop) as recorder:
         model, log = run.train_fn(run.config, parents=parents, desc=desc or run.name)
     if recorder.result is None:
@@ -236,7 +237,7 @@ def _train_and_save(job: dict) -> None:
     with cache.locked(cache.path_of(run, directory)):
         if cache.is_current(run, directory):
             return
-        model, log, fp = train_with_fingerprint(run)
+        model, log, fp = train_with_fingerprint(run, directory=directory)
         cache.save(run, model, log, fp, directory)
     # trained here (not loaded above): the wall time since this process was started, for the next schedule
     _record_seconds(directory, run.name, time.time() - job["started_at"], run.config.get("steps", 1))
