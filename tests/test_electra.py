@@ -212,3 +212,16 @@ def test_the_scorer_picks_the_rating_its_discriminator_finds_untouched():
             return torch.where(inputs == truth.repeat_interleave(3, dim=0), -5.0, 5.0)
 
     assert scorer_predictions(Scorer(), lines) == [protocols.true_rating(r) for r in lines]
+
+
+def test_the_frozen_generator_stops_learning_exactly_at_generator_steps():
+    """What the fingerprint's 50 steps cannot see: electra_frozen's switch at step 600, here at step 2."""
+    config = dict(run_config("electra_frozen"), generator_steps=2, batch_size=4)
+    model, get_batch, loss_fn = training_parts(config)
+    learns = []
+    for _ in range(4):
+        model.zero_grad(set_to_none=True)
+        loss_fn(model, get_batch()).backward()
+        learns.append(any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.generator.parameters()))
+    assert learns == [True, True, False, False]
+    assert run_config("electra_frozen")["generator_steps"] < run_config("electra_frozen")["steps"]
