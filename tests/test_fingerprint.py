@@ -102,12 +102,12 @@ def test_the_gate_names_the_trainer_to_bump_and_what_the_bump_retrains(monkeypat
     assert cli.check_fingerprints([run], 1) is False
     out = capsys.readouterr().out
     same = sum(r.train_fn.trainer_name == "comparison" for r in recipes.all_runs())
-    assert out.startswith("FAIL compare_gpt: the replay of its first 50 steps deviates")
+    assert out.startswith(f"FAIL compare_gpt: the replay of its first {stored['steps']} steps deviates")
     assert f"bump @trainer('comparison', version=2) in lib/trainers/comparison.py: that retrains {same} runs" in out
 
     monkeypatch.setattr(processes, "replay_fingerprints", lambda runs, n: {run.name: dict(stored, seconds=0.0)})
     assert cli.check_fingerprints([run], 1) is True
-    assert capsys.readouterr().out.startswith("ok   compare_gpt: 50 steps replayed")
+    assert capsys.readouterr().out.startswith(f"ok   compare_gpt: {stored['steps']} steps replayed")
 
 
 def test_the_weight_summary_leaves_out_key_biases_and_nothing_else():
