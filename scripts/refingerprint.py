@@ -2,12 +2,13 @@
 
     .venv/bin/python scripts/refingerprint.py [--processes 2] [--only NAME ...]
 
-For when what a fingerprint records changes (`lib.train.fingerprint`: the weight summary) or a trainer's
-`fingerprint_steps` does, not the training: every run's first K steps are replayed on the pinned kernels and
-checked against the fingerprint stored now on every number both cover (the losses of the steps both replayed,
-the learning rates, and at the same K the evaluation and the exact weight bits), then only the fingerprint is
-rewritten; weights, log and key stay as they are (checked bit for bit after writing).  The replay must come
-out exactly as stored: run it on the kind of CPU that recorded the fingerprints (an Intel Xeon for today's).
+For when what a fingerprint records changes (`lib.train.fingerprint`: the weight summary; what a trainer's
+evaluation returns) or a trainer's `fingerprint_steps` does, not the training: every run's first K steps are
+replayed on the pinned kernels and checked against the fingerprint stored now on every number both cover (the
+losses of the steps both replayed, the learning rates, and at the same K the exact weight bits and every number
+of the stored evaluation), then only the fingerprint is rewritten; weights, log and key stay as they are (checked
+bit for bit after writing).  The replay must come out exactly as stored: run it on the kind of CPU that recorded
+the fingerprints (an Intel Xeon for today's).
 """
 
 import argparse
@@ -27,8 +28,12 @@ def agreement(old: dict, new: dict) -> list:
     if old["learning_rates"] != new["learning_rates"]:
         problems.append("learning rates")
     if old["steps"] == new["steps"]:
-        problems += [what for what in ("evaluation", "weights_sha256")      # as JSON text: NaN equals NaN there
-                     if json.dumps(old[what], sort_keys=True) != json.dumps(new[what], sort_keys=True)]
+        if old["weights_sha256"] != new["weights_sha256"]:
+            problems.append("weights")
+        common = old["evaluation"].keys() & new["evaluation"].keys()     # a trainer may log more now, not less
+        if common != old["evaluation"].keys() or any(json.dumps(old["evaluation"][k]) != json.dumps(new["evaluation"][k])
+                                                     for k in common):   # as JSON text: NaN equals NaN there
+            problems.append("evaluation")
     return problems
 
 

@@ -126,15 +126,29 @@ def test_the_weight_summary_leaves_out_key_biases_and_nothing_else():
     assert fingerprint.weight_summary(model) != before
 
 
-def test_recording_a_fingerprint_between_log_rows_leaves_the_log_alone():
-    """A replay's evaluation at step K < eval_every must not disturb what the log's first row sums (an MoE's
-    routing shares are sums over the logging interval)."""
+def tiny_between_rows(network: str) -> dict:
+    """A tiny run whose fingerprint (K = 10) falls between its log rows (every 12 steps)."""
     from lib.recipes.moe import run_config
 
-    moe = run_config("moe_top1")
-    config = dict(moe, model=dict(moe["model"], d_model=16, n_heads=2, n_layers=1), steps=24, batch_size=4,
-                  eval_every=12)
+    if network == "moe":
+        moe = run_config("moe_top1")
+        return dict(moe, model=dict(moe["model"], d_model=16, n_heads=2, n_layers=1), steps=24, batch_size=4,
+                    eval_every=12)
+    return dict(TINY, steps=24, batch_size=4, eval_every=12, warmup=0, lr=1e-2, log_steps=True)   # §02's runs
+
+
+@pytest.mark.parametrize("network", ["moe", "log_steps"])
+def test_recording_a_fingerprint_between_log_rows_leaves_the_log_alone(network):
+    """A replay's evaluation at step K < eval_every must not disturb what the log's first row sums (an MoE's
+    routing shares, §02's per-step losses and stream lengths), and it covers what those rows log."""
+    config = tiny_between_rows(network)
     assert char_lm.fingerprint_steps(config) == 10 < config["eval_every"]
     plain = char_lm.train_char_lm(config)[1]
-    recorded = processes.train_with_fingerprint(Run("tiny_moe", config, char_lm.train_char_lm))[1]
-    assert plain[0]["dropped"] and plain == recorded
+    _, recorded, fp = processes.train_with_fingerprint(Run(f"tiny_{network}", config, char_lm.train_char_lm))
+    assert plain == recorded
+    if network == "moe":
+        assert plain[0]["dropped"] and "dropped" in fp["evaluation"]
+    else:
+        assert [len(row["step_losses"]) for row in plain] == [12, 12]
+        assert fp["evaluation"]["step_losses"] == plain[0]["step_losses"][:10] == fp["losses"]
+        assert len(fp["evaluation"]["stream_lengths"]) == 10

@@ -109,13 +109,19 @@ def train_char_lm(config: dict, parents=(), desc: str = "train"):
             per_step["stream_lengths"].append(float(last["stream"].detach().norm(dim=-1).mean()))
         return loss
 
+    def steps_since_last_row() -> dict:
+        """Each step's loss and stream length since the last log row (a read: a fingerprint may take it between
+        rows, and it is part of what the fingerprint compares)."""
+        if not config.get("log_steps"):
+            return {}
+        done = len(per_step["step_losses"])
+        start = (done - 1) // config["eval_every"] * config["eval_every"]
+        return {key: values[start:done] for key, values in per_step.items()}
+
     log = fit(model, lambda: random_windows(stream, model.config.context + 1, config["batch_size"], generator),
               loss_fn, config, desc=desc,
-              evaluate=lambda m: {"val_loss": evals.validation_loss(with_capacity(m, None), val), **routing.row()})
+              evaluate=lambda m: {"val_loss": evals.validation_loss(with_capacity(m, None), val), **routing.row(),
+                                  **steps_since_last_row()})
     if config.get("log_steps"):
         hook.remove()
-        start = 0
-        for row in log:
-            row |= {key: values[start:row["step"]] for key, values in per_step.items()}
-            start = row["step"]
     return model, log
