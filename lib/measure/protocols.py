@@ -86,14 +86,19 @@ def decoder_logits(model, sources: list, targets: list):
     return model(source, target, masks["encoder"], masks["decoder"], masks["cross"])
 
 
-@torch.no_grad()
-def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = 4096):
+def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = 4096, grad: bool = False):
     """(N, V): the logits each model gives for the token at sequences[i][slots[i]], asked its own way
-    (see the module docstring); the token itself is never shown to the model."""
+    (see the module docstring); the token itself is never shown to the model.  grad=True keeps the graph
+    (fine-tuning through the slot, `lib.measure.finetune`)."""
     check_kind(kind)
     if len(sequences) > chunk:
-        return torch.cat([slot_logits(model, kind, sequences[i:i + chunk], slots[i:i + chunk], chunk)
+        return torch.cat([slot_logits(model, kind, sequences[i:i + chunk], slots[i:i + chunk], chunk, grad)
                           for i in range(0, len(sequences), chunk)])
+    with torch.set_grad_enabled(grad):
+        return _slot_logits(model, kind, sequences, slots)
+
+
+def _slot_logits(model, kind: str, sequences: list, slots: list):
     if not all(1 <= s < len(seq) for seq, s in zip(sequences, slots)):
         raise ValueError("every slot must lie in 1..len(sequence) - 1 (position 0 is the opening newline)")
     rows = torch.arange(len(sequences))

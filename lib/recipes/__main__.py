@@ -4,6 +4,7 @@
     python -m lib.recipes --list                              # every run: name, trainer, steps
     python -m lib.recipes --check-fingerprints [--all]        # replay one run of every kind (or all) and compare
     python -m lib.recipes --reproduce DIR [--sample N]        # retrain from scratch into DIR and compare
+    python -m lib.recipes --yardstick [--only NAME ...]       # §04's fine-tunes that are missing or stale
 
 --check-fingerprints replays the first K steps of runs on the pinned kernels
 and compares what they give with the fingerprint stored in each checkpoint
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 from lib import recipes
+from lib.recipes import yardstick
 from lib.train import cache, fingerprint, processes
 
 
@@ -125,6 +127,8 @@ def main(argv=None):
                         help="replay one run of every kind (with --all: every run) and compare its fingerprint")
     parser.add_argument("--all", action="store_true", help="with --check-fingerprints: every run")
     parser.add_argument("--reproduce", type=Path, metavar="DIR", help="retrain into DIR and compare")
+    parser.add_argument("--yardstick", action="store_true",
+                        help="fine-tune the comparison checkpoints (lib.recipes.yardstick) where results are missing")
     parser.add_argument("--sample", type=positive, metavar="N", help="with --reproduce: N runs drawn at random")
     parser.add_argument("--seed", type=int, default=0, help="with --sample: which N runs are drawn (default 0)")
     args = parser.parse_args(argv)
@@ -135,6 +139,12 @@ def main(argv=None):
     # `kill` stops the training processes too (as Ctrl-C does): nothing keeps running unseen
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = selected(args.only)
+    if args.yardstick:
+        start = time.perf_counter()
+        done = yardstick.fill(args.processes, only=args.only)
+        print(f"{len(done)} yardstick entries fine-tuned in {time.perf_counter() - start:.0f} s"
+              if done else "every yardstick entry is current")
+        return
     if args.list:
         for r in runs:
             print(f"{r.name:34s} {r.train_fn.trainer_name} v{r.train_fn.trainer_version}  {r.config['steps']} steps"

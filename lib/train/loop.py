@@ -67,7 +67,8 @@ def fit(model, get_batch, loss_fn, config: dict, evaluate=None, desc: str = "tra
     since the last row, and the numbers evaluate(model) returns (called in eval mode).  The model
     is left in eval mode.
 
-    stop_after=K ends the run after K of its steps (the schedule is still that of config["steps"]).
+    stop_after=K ends the run after K of its steps (the schedule is still that of config["steps"]; K = 0
+    returns the initialisation).
     Inside a `fingerprint.recording` block, fit reports every step to it; a replay's recorder stops
     the run at its step K."""
     optimizer = make_optimizer(model, config)
@@ -75,7 +76,8 @@ def fit(model, get_batch, loss_fn, config: dict, evaluate=None, desc: str = "tra
     if recorder is not None and recorder.stop:
         stop_after = recorder.steps
     log, running = [], []
-    for step in tqdm(range(min(config["steps"], stop_after or config["steps"])), desc=desc, file=sys.stderr,
+    last = config["steps"] if stop_after is None else min(config["steps"], stop_after)
+    for step in tqdm(range(last), desc=desc, file=sys.stderr,
                      mininterval=1.0):
         loss = loss_fn(model, get_batch())
         optimizer_step(model, optimizer, loss, step, config)

@@ -2,6 +2,7 @@
 
     train_missing(runs, processes=2)          # the missing or stale ones, one process per core, longest first
     replay_fingerprints(runs, processes=2)    # {name: the fingerprint a replay of its first K steps gives}
+    call_in_processes([(name, function, kwargs)])   # a measurement that trains (a fine-tune), same kernels
 
 Why a fresh process: which float32 kernels PyTorch runs depends on the CPU
 (AVX2 or AVX-512 code in ATen, MKL's dispatch, oneDNN's JIT) and is chosen once,
@@ -269,6 +270,25 @@ def replay_fingerprints(runs: list, processes: int = 2) -> dict:
         return {name: fp for job in jobs for name, fp in json.loads(Path(job["out"]).read_text()).items()}
 
 
+def _call(job: dict) -> None:
+    """In a training process: call job["module"].job["function"](**job["kwargs"])."""
+    getattr(importlib.import_module(job["module"]), job["function"])(**job["kwargs"])
+
+
+def call_in_processes(calls: list, processes: int = 2, estimate: dict = None) -> list:
+    """Run measurements that must give the same bits on every retry (a fine-tune is a short training) in
+    processes on the pinned kernels, `processes` at a time, in the order given: calls are
+    (name, function, kwargs) with `function` a module-level function that saves its own result.
+    Returns the names that failed (each reported with the end of its error output)."""
+    jobs = []
+    for name, function, kwargs in calls:
+        module = inspect.getmodule(function).__spec__.name
+        jobs.append({"task": "call", "name": name, "module": module, "function": function.__qualname__,
+                     "kwargs": kwargs})
+    estimate = estimate or {}
+    return _run_jobs(jobs, processes, estimate, len(jobs))
+
+
 def children_cpu_seconds() -> float:
     """CPU seconds (user + system) used so far by this process's finished child processes."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -310,4 +330,4 @@ if __name__ == "__main__":
     torch.backends.mkldnn.enabled = False  # oneDNN picks its kernels by CPU at run time; ATen + MKL suffice here
     JOB = json.loads(sys.argv[1])
     sys.path[:] = JOB["sys_path"]
-    {"train": _train_and_save, "replay": _replay}[JOB["task"]](JOB)
+    {"train": _train_and_save, "replay": _replay, "call": _call}[JOB["task"]](JOB)

@@ -69,8 +69,10 @@ def evaluate(model, config: dict, reviews: list) -> dict:
 
 @trainer("comparison", version=1)
 def train_comparison(config: dict, parents=(), desc: str = "train"):
-    """Train one recipe with `fit`: only `batch_function(config)` and the model differ between recipes."""
+    """Train one recipe with `fit`: only `batch_function(config)` and the model differ between recipes.
+    config["stop_after"] = K (a snapshot, `lib.recipes.yardstick`) stops after K steps of the same schedule."""
     model, get_batch, loss_fn = training_parts(config)
     reviews = protocols.new_reviews(config["eval_reviews"])
-    log = fit(model, get_batch, loss_fn, config, evaluate=lambda m: evaluate(m, config, reviews), desc=desc)
+    log = fit(model, get_batch, loss_fn, config, evaluate=lambda m: evaluate(m, config, reviews), desc=desc,
+              stop_after=config.get("stop_after"))
     return model, log

@@ -1,0 +1,147 @@
+"""Section 04's third protocol: every comparison checkpoint fine-tuned (`lib.measure.finetune`), cached.
+
+    yardstick.result("compare_bert_seed1")            # {"rows": [...], ...}: the final checkpoint
+    yardstick.result("compare_bert_seed1", step=0)    # the same run's untrained network: the floor
+    python -m lib.recipes --yardstick                  # compute what is missing or stale (pinned processes)
+
+An entry is a backbone and the label counts it is fine-tuned with.  A backbone
+is a comparison run after `step` of its steps: the committed checkpoint
+(`step=None`), or a snapshot retrained here with config["stop_after"] (same
+schedule, stopped early; step 0 is the run's initialisation, the network of
+the same shape that learned nothing).  Each entry's fine-tunes (every n, label
+split and learning rate of `measure.finetune.sweep`) are one JSON file under
+checkpoints/yardstick/, keyed like a checkpoint: the backbone's checkpoint key
+and the harness's version and settings.  A stale or missing file is computed in
+a process on the pinned kernels (a fine-tune is a short training: same machine,
+same bits), never inside a test (BOOK_NO_TRAINING).
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from lib.measure import finetune
+from lib.recipes import comparison
+from lib.train import cache, processes
+from lib.train.cache import CHECKPOINT_DIR, Run, StaleCheckpoint
+
+DIRECTORY = CHECKPOINT_DIR / "yardstick"
+CURVE = (8, 32, 128)              # labelled reviews: the curve at the final checkpoint and at the floor
+N = 32                            # the label count of the table and of the snapshots
+SNAPSHOTS = (250, 500, 1000)      # pretraining steps fine-tuned on the way (the final one is the checkpoint)
+SPLITS = (0, 1, 2)                # label splits (each: which adjectives are labelled, which reviews)
+
+
+@dataclass(frozen=True)
+class Entry:
+    run: Run            # the comparison run
+    step: object        # None: its committed checkpoint; an int: a snapshot after that many steps
+    ns: tuple           # the label counts fine-tuned
+
+    @property
+    def name(self) -> str:
+        return self.run.name if self.step is None else f"{self.run.name}_at{self.step}"
+
+    def backbone(self) -> Run:
+        """The run whose network is fine-tuned (a snapshot is the run stopped after `step` steps)."""
+        if self.step is None:
+            return self.run
+        return Run(self.name, {**self.run.config, "stop_after": self.step}, self.run.train_fn, self.run.parents)
+
+
+def entries() -> list:
+    """Every main comparison run (5 recipes x 3 seeds) at its floor and final checkpoint over the label curve
+    and at the snapshots with N labels; the exercises' runs (BERT masking 40 %, T5 spans for 6,000 steps) at
+    their final checkpoints with N labels."""
+    out = []
+    for seed in comparison.SEEDS:
+        for recipe in comparison.RECIPES:
+            run = comparison.run(recipe, seed=seed)
+            out += [Entry(run, None, CURVE), Entry(run, 0, CURVE)] + [Entry(run, s, (N,)) for s in SNAPSHOTS]
+        out += [Entry(comparison.run("bert", mlm_rate=0.40, seed=seed), None, (N,)),
+                Entry(comparison.run("t5_span", steps=6000, seed=seed), None, (N,))]
+    return out
+
+
+def entry(name: str, step=None) -> Entry:
+    for e in entries():
+        if e.run.name == name and e.step == step:
+            return e
+    raise KeyError(f"no yardstick entry for {name!r} at step {step!r}")
+
+
+def key(e: Entry) -> str:
+    blob = json.dumps({"backbone": cache.checkpoint_key(e.backbone()), "ns": e.ns, "splits": SPLITS,
+                       "learning_rates": finetune.LEARNING_RATES, "steps": finetune.STEPS,
+                       "version": finetune.VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def path_of(e: Entry, directory=None):
+    return (directory or DIRECTORY) / f"{e.name}.json"
+
+
+def _read(e: Entry, directory=None):
+    try:
+        saved = json.loads(path_of(e, directory).read_text())
+    except (OSError, ValueError):
+        return None
+    return saved if saved.get("key") == key(e) else None
+
+
+def compute(name: str, step, directory: str = None) -> None:
+    """Fine-tune one entry's backbone over its sweep and save the result (run in a pinned process)."""
+    e, directory = entry(name, step), (None if directory is None else type(DIRECTORY)(directory))
+    start = time.perf_counter()
+    if e.step is None:
+        model = cache.get_or_train(e.run)[0]
+    else:   # a snapshot: the run retrained here and stopped after `step` steps, in this process
+        model = e.run.train_fn(e.backbone().config, desc=e.name)[0]
+    trained = time.perf_counter() - start
+    with tqdm(total=len(e.ns) * len(SPLITS) * len(finetune.LEARNING_RATES), desc=f"fine-tuning {e.name}",
+              file=sys.stderr, mininterval=1.0) as bar:
+        rows = finetune.sweep(model, e.run.config["kind"], e.ns, SPLITS,
+                              progress=lambda done, total: bar.update(done - bar.n))
+    saved = {"key": key(e), "name": e.name, "run": e.run.name, "step": e.step, "ns": list(e.ns),
+             "backbone_seconds": round(trained, 1), "cpu": processes.cpu_name(), "rows": rows}
+    target = path_of(e, directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_atomically(target, lambda f: f.write(json.dumps(saved, indent=1) + "\n"), "w")
+
+
+def missing(directory=None) -> list:
+    return [e for e in entries() if _read(e, directory) is None]
+
+
+def fill(processes_count: int = 2, directory=None, only=None) -> list:
+    """Compute the missing or stale entries (or those of the runs named in `only`) in pinned processes,
+    most expensive first; returns their names."""
+    todo = [e for e in missing(directory) if not only or e.run.name in only]
+    cost = {e.name: len(e.ns) * (3 if 128 in e.ns else 1) + (e.step or 0) / 500 for e in todo}
+    todo.sort(key=lambda e: -cost[e.name])
+    calls = [(e.name, compute, {"name": e.run.name, "step": e.step,
+                                "directory": None if directory is None else str(directory)}) for e in todo]
+    failures = processes.call_in_processes(calls, processes_count, cost)
+    if failures:
+        raise RuntimeError(f"fine-tuning failed for {failures}; the others were saved")
+    return [e.name for e in todo]
+
+
+def result(name: str, step=None) -> dict:
+    """The saved fine-tunes of one entry (`compute`'s file); computed first when missing or stale, except
+    where BOOK_NO_TRAINING is set (there: StaleCheckpoint)."""
+    e = entry(name, step)
+    saved = _read(e)
+    if saved is None:
+        if os.environ.get("BOOK_NO_TRAINING"):
+            raise StaleCheckpoint(f"yardstick {path_of(e).name} is missing or stale; training is off here "
+                                  f"(BOOK_NO_TRAINING): compute it with `python -m lib.recipes --yardstick`")
+        print(f"yardstick {path_of(e).name}: missing or stale; fine-tuning", file=sys.stderr)
+        fill(1, only=[name])
+        saved = _read(e)
+    return saved
