@@ -3,7 +3,8 @@
 #               then checks of the built site (Chinese search terms, no duplicate or third-party scripts)
 # make lab      JupyterLab on working copies of the notebooks (_build/lab/), so the committed ones stay as they are
 # make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
-# make checkpoints  train every missing or stale checkpoint, one process per core, longest first
+# make checkpoints  train every missing or stale checkpoint, one process per core, longest first, then §04's
+#                   fine-tuning yardstick (lib.recipes.yardstick) where it is missing
 # make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: about 3 h 20 min on
 #                   2 cores for the 107 runs; Ctrl-C and run it again to resume, `make clean` to start over)
 VENV := .venv
@@ -36,9 +37,11 @@ lab: $(STAMP)
 
 checkpoints: $(STAMP)
 	$(PY) -m lib.recipes
+	$(PY) -m lib.recipes --yardstick
 
 reproduce: $(STAMP)
 	$(PY) -m lib.recipes --reproduce _build/reproduce $(if $(SAMPLE),--sample $(SAMPLE))
+	$(PY) -m lib.recipes --yardstick --reproduce _build/reproduce $(if $(SAMPLE),--sample $(SAMPLE))
 
 execute: checkpoints
 	$(PY) scripts/execute_notebooks.py

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from lib.data import world
 from lib.data.seeding import seed_everything
 from lib.measure.protocols import RATING_IDS, line_ids, review_slots, slot_logits, true_rating
+from lib.nn.models import SlotClassifier
 from lib.train.loop import OPTIMIZATION, make_optimizer, optimizer_step
 
 VERSION = 1            # bump when what a fine-tune computes changes: the cached results are then stale
@@ -95,19 +96,30 @@ def _rating_examples(reviews) -> tuple:
     return ids, [review_slots(s)["rating"] for s in ids], labels
 
 
-def finetune(model, kind: str, reviews, lr: float, seed: int, steps: int = STEPS):
+def _columns(model) -> list:
+    """Where a model's slot logits hold good / ok / bad: its own words, or a classifier head's three outputs."""
+    return list(range(len(world.RATINGS))) if isinstance(model, SlotClassifier) else RATING_IDS
+
+
+def finetune(model, kind: str, reviews, lr: float, seed: int, steps: int = STEPS, head: bool = False):
     """A copy of `model` fine-tuned, every weight, on the labelled `reviews` through its rating slot (argmax
     over good / ok / bad is its answer): `steps` full-batch AdamW steps, the book's warm-up (a tenth of the
-    steps) and cosine decay to zero, gradient clipping at 1.  `model` is not changed."""
+    steps) and cosine decay to zero, gradient clipping at 1.  `model` is not changed.
+
+    head=True (a bidirectional network without an output over words: ELECTRA's discriminator) reads the slot
+    through a new linear layer on the last hidden state instead (`nn.models.SlotClassifier`, drawn from `seed`)."""
     if not reviews:
         raise ValueError("fine-tuning needs at least one labelled review")
-    seed_everything(seed)   # nothing in a step is random today; seeded so that a later dropout would be too
-    tuned = copy.deepcopy(model).train()
+    if head and kind != "bidirectional":
+        raise ValueError(f"a classifier head reads the <mask> slot of a bidirectional network, not a {kind!r} one")
+    seed_everything(seed)   # the head's initialisation; nothing in a step is random
+    tuned = copy.deepcopy(model)
+    tuned = (SlotClassifier(tuned, len(world.RATINGS)) if head else tuned).train()
     config = dict(OPTIMIZATION, lr=lr, min_lr=0.0, warmup=max(1, steps // 10), steps=steps)
     optimizer = make_optimizer(tuned, config)
     ids, slots, labels = _rating_examples(reviews)
     for step in range(steps):
-        logits = slot_logits(tuned, kind, ids, slots, grad=True)[:, RATING_IDS]
+        logits = slot_logits(tuned, kind, ids, slots, grad=True)[:, _columns(tuned)]
         optimizer_step(tuned, optimizer, F.cross_entropy(logits, labels), step, config)
     return tuned.eval()
 
@@ -116,7 +128,7 @@ def score(model, kind: str, reviews) -> dict:
     """Share of reviews whose rating slot gets the right word, on "and" reviews (good or bad: the polarity of
     the adjectives decides), on "but" reviews (always ok) and on all."""
     ids, slots, labels = _rating_examples(reviews)
-    predicted = slot_logits(model, kind, ids, slots)[:, RATING_IDS].argmax(-1)
+    predicted = slot_logits(model, kind, ids, slots)[:, _columns(model)].argmax(-1)
     right = (predicted == labels).tolist()
     connective = ["and" if " and " in r else "but" for r in reviews]
     out = {}

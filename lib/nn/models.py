@@ -320,3 +320,20 @@ class EncoderDecoder(nn.Module):
             cross_attention.append(cross_weights)
         logits = self.ln_f(x) @ self.wte.weight.T                  # (B, T, V)
         return logits, encoder_attention, decoder_attention, cross_attention
+
+
+class SlotClassifier(nn.Module):
+    """A network without an output over words (ELECTRA's discriminator) fine-tuned the BERT way: a new linear
+    layer reads its last hidden state at every position into `classes` logits.  forward(idx, mask) ->
+    (B, T, classes), so a slot is read exactly like a masked LM's (`lib.measure.protocols.slot_logits`)."""
+
+    def __init__(self, network: MaskedTransformer, classes: int):
+        super().__init__()
+        self.config = network.config
+        self.network = network
+        self.head = nn.Linear(network.config.d_model, classes)
+        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, idx, mask):
+        return self.head(self.network.hidden_states(idx, mask))

@@ -139,6 +139,8 @@ def main(argv=None):
     # `kill` stops the training processes too (as Ctrl-C does): nothing keeps running unseen
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = selected(args.only)
+    if args.yardstick and args.reproduce:
+        sys.exit(0 if yardstick.reproduce(args.reproduce / "yardstick", args.sample, args.seed) else 1)
     if args.yardstick:
         start = time.perf_counter()
         done = yardstick.fill(args.processes, only=args.only)

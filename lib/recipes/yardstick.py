@@ -3,6 +3,7 @@
     yardstick.result("compare_bert_seed1")            # {"rows": [...], ...}: the final checkpoint
     yardstick.result("compare_bert_seed1", step=0)    # the same run's untrained network: the floor
     python -m lib.recipes --yardstick                  # compute what is missing or stale (pinned processes)
+    python -m lib.recipes --yardstick --reproduce DIR [--sample N]   # recompute into DIR and compare
 
 An entry is a backbone and the label counts it is fine-tuned with.  A backbone
 is a comparison run after `step` of its steps: the committed checkpoint
@@ -19,6 +20,7 @@ same bits), never inside a test (BOOK_NO_TRAINING).
 import hashlib
 import json
 import os
+import random
 import sys
 import time
 from dataclasses import dataclass
@@ -105,7 +107,7 @@ def compute(name: str, step, directory: str = None) -> None:
     trained = time.perf_counter() - start
     with tqdm(total=len(e.ns) * len(SPLITS) * len(finetune.LEARNING_RATES), desc=f"fine-tuning {e.name}",
               file=sys.stderr, mininterval=1.0) as bar:
-        rows = finetune.sweep(model, e.run.config["kind"], e.ns, SPLITS,
+        rows = finetune.sweep(model, e.run.config["kind"], e.ns, SPLITS, finetune.LEARNING_RATES, finetune.STEPS,
                               progress=lambda done, total: bar.update(done - bar.n))
     saved = {"key": key(e), "name": e.name, "run": e.run.name, "step": e.step, "ns": list(e.ns),
              "backbone_seconds": round(trained, 1), "cpu": processes.cpu_name(), "rows": rows}
@@ -145,3 +147,42 @@ def result(name: str, step=None) -> dict:
         fill(1, only=[name])
         saved = _read(e)
     return saved
+
+
+def test_scores(name: str, step=None, n: int = N, group: str = "and") -> list:
+    """One entry's yardstick: the test score on `group` reviews ("and", "but" or "all") of each label split, at
+    the learning rate its validation chose (`finetune.chosen`) with n labelled reviews."""
+    return [row["test"][group] for row in finetune.chosen(result(name, step)["rows"], n)]
+
+
+def chosen_rate(name: str, step=None, n: int = N) -> float:
+    """The learning rate the validation reviews chose for one entry at n labelled reviews."""
+    return finetune.chosen(result(name, step)["rows"], n)[0]["lr"]
+
+
+def same_result(a: dict, b: dict) -> bool:
+    """Whether two saved entries hold the same key and the same scores (wall times aside)."""
+    rows = [[{k: v for k, v in row.items() if k != "seconds"} for row in x["rows"]] for x in (a, b)]
+    return a["key"] == b["key"] and json.dumps(rows[0]) == json.dumps(rows[1])
+
+
+def reproduce(directory, sample: int = None, seed: int = 0) -> bool:
+    """Recompute the entries (or `sample` of them drawn with `seed`) into `directory` and compare them with the
+    committed ones; a difference counts only where the committed entry was computed on this CPU."""
+    chosen = entries() if sample is None else random.Random(seed).sample(entries(), min(sample, len(entries())))
+    print(f"{len(chosen)} yardstick entries: {', '.join(e.name for e in chosen)}")
+    directory = type(DIRECTORY)(directory)
+    todo = [e for e in chosen if _read(e, directory) is None]
+    failures = processes.call_in_processes(
+        [(e.name, compute, {"name": e.run.name, "step": e.step, "directory": str(directory)}) for e in todo], 2)
+    if failures:
+        raise RuntimeError(f"fine-tuning failed for {failures}")
+    here, unexplained = processes.cpu_name(), []
+    for e in chosen:
+        committed, again = _read(e), _read(e, directory)
+        same = committed is not None and same_result(committed, again)
+        if not same and (committed or {}).get("cpu") == here:
+            unexplained.append(e.name)
+        print(f"{'same' if same else 'DIFFERS'} {e.name}" + ("" if same or committed is None or committed['cpu'] == here
+              else f" (committed computed on {committed['cpu']}, here {here}: bits are not expected to match)"))
+    return not unexplained

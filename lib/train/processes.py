@@ -139,11 +139,12 @@ def _undescribe(job: dict) -> Run:
     return Run(job["name"], job["config"], train_fn, tuple(_undescribe(p) for p in job["parents"]))
 
 
-def _run_jobs(jobs: list, processes: int, estimate: dict, total: int) -> list:
-    """Run training-process jobs `processes` at a time; the names of those that failed."""
+def _run_jobs(jobs: list, processes: int, estimate: dict, total: int, what: str = "training checkpoints") -> list:
+    """Run training-process jobs `processes` at a time; the names of those that failed.  The progress bar
+    counts `what` ("training checkpoints: 3/81 runs done")."""
     running, failures, done = [], [], 0.0
     bar = tqdm(total=round(sum(estimate.get(job["name"], 1) for job in jobs)),
-               desc=f"training checkpoints: 0/{total} runs done", file=sys.stderr, disable=total < 2,
+               desc=f"{what}: 0/{total} runs done", file=sys.stderr, disable=total < 2,
                mininterval=1.0, smoothing=0,  # time left from the mean rate so far
                bar_format="{desc}, {percentage:3.0f}% of the work |{bar}| {elapsed} elapsed, {remaining} left")
     try:
@@ -164,7 +165,7 @@ def _run_jobs(jobs: list, processes: int, estimate: dict, total: int) -> list:
                           f"{job['log'].read_text(errors='replace')[-2000:]}", file=sys.stderr)
                 job["log"].unlink(missing_ok=True)
                 done += estimate.get(job["name"], 1)
-                bar.set_description_str(f"training checkpoints: {total - len(jobs) - len(running)}/"
+                bar.set_description_str(f"{what}: {total - len(jobs) - len(running)}/"
                                         f"{total} runs done", refresh=False)
             # the work done: finished runs at their estimates, running ones as far as their estimates go
             bar.update(round(done + sum(min(time.perf_counter() - job["start"], 0.95 * estimate.get(job["name"], 1))
@@ -286,7 +287,7 @@ def call_in_processes(calls: list, processes: int = 2, estimate: dict = None) ->
         jobs.append({"task": "call", "name": name, "module": module, "function": function.__qualname__,
                      "kwargs": kwargs})
     estimate = estimate or {}
-    return _run_jobs(jobs, processes, estimate, len(jobs))
+    return _run_jobs(jobs, processes, estimate, len(jobs), what="measuring")
 
 
 def children_cpu_seconds() -> float:

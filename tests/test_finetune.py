@@ -1,0 +1,114 @@
+"""The fine-tuning yardstick: the harness, its task, its choice of learning rate and its cache."""
+
+import json
+
+import pytest
+import torch
+
+from lib.data import world
+from lib.data.seeding import seed_everything
+from lib.measure import finetune
+from lib.recipes import comparison, yardstick
+from lib.train.cache import StaleCheckpoint
+from lib.trainers.comparison import build_model, train_comparison
+
+
+def untrained(recipe: str, seed: int = 0):
+    config = comparison.run_config(recipe, seed=seed)
+    seed_everything(seed)
+    return build_model(config).eval(), config["kind"]
+
+
+def same_weights(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+@pytest.mark.parametrize("recipe", ["gpt", "bert", "t5_span"])
+def test_finetune_leaves_the_parent_unchanged_and_repeats_bit_for_bit(recipe):
+    model, kind = untrained(recipe)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    task = finetune.rating_task(0)
+    first = finetune.finetune(model, kind, task.labelled[:8], lr=1e-3, seed=0, steps=5)
+    again = finetune.finetune(model, kind, task.labelled[:8], lr=1e-3, seed=0, steps=5)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not same_weights(first, model)          # it did train
+    assert same_weights(first, again)
+
+
+def test_the_task_holds_the_test_adjectives_out_of_the_labels():
+    task = finetune.rating_task(1)
+    words = lambda reviews: {w for r in reviews for w in r.rstrip(".").replace(".", "").split()}
+    adjectives = set(world.FOOD_ADJECTIVES) | set(world.SERVICE_ADJECTIVES)
+    assert words(task.labelled) & adjectives == set(task.labelled_adjectives)
+    assert not words(task.test + task.validation) & set(task.labelled_adjectives)
+    assert not set(task.test) & set(task.validation) and not set(task.test) & set(world.build_world().train)
+    # each side keeps half of each polarity: 4 + 4 food adjectives, 3 + 3 service adjectives
+    for table, half in ((world.FOOD_ADJECTIVES, 4), (world.SERVICE_ADJECTIVES, 3)):
+        for polarity in (True, False):
+            assert sum(table[a] == polarity for a in task.labelled_adjectives if a in table) == half
+
+
+def test_the_learning_rate_is_chosen_on_validation_not_on_test():
+    # at lr 1e-3 the test is better, at 3e-4 the validation: the choice must follow the validation
+    rows = [{"n": 8, "split": s, "lr": lr, "validation": {"and": v}, "test": {"and": t}}
+            for s in (0, 1) for lr, v, t in ((3e-4, 0.9, 0.5), (1e-3, 0.6, 1.0))]
+    assert {r["lr"] for r in finetune.chosen(rows, 8)} == {3e-4}
+    assert [r["split"] for r in finetune.chosen(rows, 8)] == [0, 1]
+
+
+def test_a_snapshot_at_step_zero_is_the_runs_initialisation():
+    config = dict(comparison.run_config("prefix_lm", seed=2), stop_after=0)
+    model, log = train_comparison(config)
+    assert log == [] and same_weights(model, untrained("prefix_lm", seed=2)[0])
+
+
+def floor_scores() -> list:
+    """The test scores on "and" reviews of every untrained network (5 kinds x 3 seeds) at N labels."""
+    return [row["test"]["and"] for run in yardstick.entries() if run.step == 0
+            for row in finetune.chosen(yardstick.result(run.run.name, 0)["rows"], yardstick.N)]
+
+
+def test_an_untrained_network_stays_at_the_floor_and_a_leaky_task_would_lift_it():
+    floor = floor_scores()
+    model, kind = untrained("gpt", seed=0)
+    task = finetune.rating_task(0)
+    tuned = finetune.finetune(model, kind, task.labelled[:yardstick.N], lr=1e-3, seed=0)
+    held_out = finetune.score(tuned, kind, task.test)["and"]
+    assert min(floor) <= held_out <= max(floor)
+    # the same network scored on reviews that use the labelled adjectives: the labels alone solve those
+    seen = finetune.score(tuned, kind, task.labelled[yardstick.N:])["and"]
+    assert seen > max(floor) + 0.2, (seen, max(floor))
+
+
+def test_results_are_cached_keyed_and_reloaded(tmp_path, monkeypatch):
+    monkeypatch.setattr(yardstick, "DIRECTORY", tmp_path)
+    monkeypatch.setattr(yardstick, "SPLITS", (0,))
+    monkeypatch.setattr(finetune, "LEARNING_RATES", (1e-3,))
+    monkeypatch.setattr(finetune, "STEPS", 3)
+    name = comparison.run_name("gpt")
+    yardstick.compute(name, 0)
+    saved = yardstick.result(name, 0)               # loaded, not computed: BOOK_NO_TRAINING is set in tests
+    assert [(r["n"], r["split"], r["lr"]) for r in saved["rows"]] == [(n, 0, 1e-3) for n in yardstick.CURVE]
+    monkeypatch.setattr(finetune, "STEPS", 4)        # another harness setting: the saved result is stale
+    with pytest.raises(StaleCheckpoint, match="compare_gpt_at0.json"):
+        yardstick.result(name, 0)
+    monkeypatch.setattr(finetune, "STEPS", 3)
+    path = tmp_path / "compare_gpt_at0.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), key="0" * 16)))
+    with pytest.raises(StaleCheckpoint):
+        yardstick.result(name, 0)
+
+
+def test_a_network_without_an_output_over_words_is_fine_tuned_through_a_new_head():
+    from lib.nn.electra import Electra, ElectraConfig
+    from lib.objectives.batches import VOCAB_SIZE
+    seed_everything(0)
+    discriminator = Electra(ElectraConfig(vocab_size=VOCAB_SIZE, context=32)).discriminator.eval()
+    before = {k: v.clone() for k, v in discriminator.state_dict().items()}
+    task = finetune.rating_task(0)
+    tuned = finetune.finetune(discriminator, "bidirectional", task.labelled[:32], lr=3e-3, seed=0, steps=40, head=True)
+    assert all(torch.equal(before[k], v) for k, v in discriminator.state_dict().items())
+    assert not same_weights(tuned.network, discriminator)          # every weight trains, not only the head
+    assert finetune.score(tuned, "bidirectional", task.labelled[:32])["all"] > 0.9   # it fits its labels
+    with pytest.raises(ValueError, match="bidirectional"):
+        finetune.finetune(discriminator, "causal", task.labelled[:8], lr=1e-3, seed=0, head=True)
