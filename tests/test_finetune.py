@@ -77,7 +77,7 @@ def test_an_untrained_network_stays_at_the_floor_and_a_leaky_task_would_lift_it(
     assert min(floor) <= held_out <= max(floor)
     # the same network scored on reviews that use the labelled adjectives: the labels alone solve those
     seen = finetune.score(tuned, kind, task.labelled[yardstick.N:])["and"]
-    assert seen > max(floor) + 0.2, (seen, max(floor))
+    assert seen >= 0.95 and seen > max(floor), (seen, max(floor))
 
 
 def test_results_are_cached_keyed_and_reloaded(tmp_path, monkeypatch):
