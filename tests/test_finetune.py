@@ -72,7 +72,8 @@ def test_an_untrained_network_stays_at_the_floor_and_a_leaky_task_would_lift_it(
     floor = floor_scores()
     model, kind = untrained("gpt", seed=0)
     task = finetune.rating_task(0)
-    tuned = finetune.finetune(model, kind, task.labelled[:yardstick.N], lr=1e-3, seed=0)
+    lr = yardstick.chosen_rate(comparison.run_name("gpt"), step=0)      # the rate its validation chose
+    tuned = finetune.finetune(model, kind, task.labelled[:yardstick.N], lr=lr, seed=0)
     held_out = finetune.score(tuned, kind, task.test)["and"]
     assert min(floor) <= held_out <= max(floor)
     # the same network scored on reviews that use the labelled adjectives: the labels alone solve those
