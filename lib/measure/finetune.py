@@ -36,7 +36,8 @@ from lib.measure.protocols import RATING_IDS, line_ids, review_slots, slot_logit
 from lib.nn.models import SlotClassifier
 from lib.train.loop import OPTIMIZATION, make_optimizer, optimizer_step
 
-VERSION = 1            # bump when what a fine-tune computes changes: the cached results are then stale
+VERSION = 2            # bump when what a fine-tune computes changes: the cached results are then stale
+                       # (2: the labelled pool interleaves the three ratings)
 STEPS = 150            # full-batch steps of every fine-tune
 LEARNING_RATES = (1e-4, 3e-4, 1e-3, 3e-3)   # swept per backbone on the validation reviews
 
@@ -47,7 +48,7 @@ class RatingTask:
     N are taken), and validation and test reviews that use only the other adjectives."""
     split: int
     labelled_adjectives: tuple
-    labelled: tuple
+    labelled: tuple         # good, ok, bad, good, ok, bad, ...: any first n hold the ratings equally (within 1)
     validation: tuple
     test: tuple
 
@@ -64,7 +65,9 @@ def _halves(adjectives: dict, rng: random.Random) -> tuple:
 def rating_task(split: int, validation: int = 200, test: int = 400, pool: int = 256) -> RatingTask:
     """The held-out-adjective rating task of label split `split` (a seed): 4 + 4 of the 16 food adjectives and
     3 + 3 of the 12 service adjectives label the pool; validation and test reviews use only the others, are
-    distinct, and are not lines of the training split.
+    distinct, and are not lines of the training split.  The labelled pool takes the three ratings in turn, so
+    that a fine-tune on its first n reviews sees every rating (drawn at random, 8 reviews could miss one, and a
+    network cannot learn to say a word it is never shown).
 
     >>> task = rating_task(0)
     >>> any(a in r.split() for r in task.test for a in task.labelled_adjectives)
@@ -84,7 +87,10 @@ def rating_task(split: int, validation: int = 200, test: int = 400, pool: int = 
                 out.append(line)
         return out
 
-    labelled = draw(pool, food, service, set())
+    by_rating = {rating: [] for rating in world.RATINGS}
+    for line in draw(pool * 3, food, service, set()):      # about a quarter good, a half ok, a quarter bad
+        by_rating[true_rating(line)].append(line)
+    labelled = [by_rating[rating][i] for i in range(pool // 3 + 1) for rating in world.RATINGS][:pool]
     held_out = draw(validation + test, held_food, held_service, train_lines)
     return RatingTask(split, food + service, tuple(labelled), tuple(held_out[:validation]),
                       tuple(held_out[validation:]))
@@ -139,17 +145,18 @@ def score(model, kind: str, reviews) -> dict:
     return out
 
 
-def sweep(model, kind: str, ns, splits, learning_rates=LEARNING_RATES, steps: int = STEPS, progress=None) -> list:
-    """Fine-tune a copy of `model` on the first n labelled reviews of each label split, at each learning rate;
-    one row per fine-tune: {"n", "split", "lr", "validation": score, "test": score, "seconds"}.
-    progress(done, total) is called after each fine-tune."""
+def sweep(model, kind: str, ns, splits, learning_rates=LEARNING_RATES, steps: int = STEPS, progress=None,
+          head: bool = False) -> list:
+    """Fine-tune a copy of `model` on the first n labelled reviews of each label split, at each learning rate
+    (through a new head where head=True, see `finetune`); one row per fine-tune: {"n", "split", "lr",
+    "validation": score, "test": score, "seconds"}.  progress(done, total) is called after each fine-tune."""
     rows, total = [], len(ns) * len(splits) * len(learning_rates)
     for split in splits:
         task = rating_task(split)
         for n in ns:
             for lr in learning_rates:
                 start = time.perf_counter()
-                tuned = finetune(model, kind, task.labelled[:n], lr, seed=split, steps=steps)
+                tuned = finetune(model, kind, task.labelled[:n], lr, seed=split, steps=steps, head=head)
                 rows.append({"n": n, "split": split, "lr": lr, "validation": score(tuned, kind, task.validation),
                              "test": score(tuned, kind, task.test), "seconds": time.perf_counter() - start})
                 if progress:

@@ -2,6 +2,7 @@
 
     yardstick.result("compare_bert_seed1")            # {"rows": [...], ...}: the final checkpoint
     yardstick.result("compare_bert_seed1", step=0)    # the same run's untrained network: the floor
+    yardstick.result("compare_bert_seed1", head=True) # BERT read through a new classifier head, as in its paper
     python -m lib.recipes --yardstick                  # compute what is missing or stale (pinned processes)
     python -m lib.recipes --yardstick --reproduce DIR [--sample N]   # recompute into DIR and compare
 
@@ -45,10 +46,11 @@ class Entry:
     run: Run            # the comparison run
     step: object        # None: its committed checkpoint; an int: a snapshot after that many steps
     ns: tuple           # the label counts fine-tuned
+    head: bool = False  # fine-tuned through a new classifier head (`finetune.finetune`) instead of its own slot
 
     @property
     def name(self) -> str:
-        return self.run.name if self.step is None else f"{self.run.name}_at{self.step}"
+        return self.run.name + ("" if self.step is None else f"_at{self.step}") + ("_head" if self.head else "")
 
     def backbone(self) -> Run:
         """The run whose network is fine-tuned (a snapshot is the run stopped after `step` steps)."""
@@ -60,28 +62,31 @@ class Entry:
 def entries() -> list:
     """Every main comparison run (5 recipes x 3 seeds) at its floor and final checkpoint over the label curve
     and at the snapshots with N labels; the exercises' runs (BERT masking 40 %, T5 spans for 6,000 steps) at
-    their final checkpoints with N labels."""
+    their final checkpoints with N labels; BERT's final checkpoints also through a new classifier head (the
+    BERT paper's way of fine-tuning), with N labels."""
     out = []
     for seed in comparison.SEEDS:
         for recipe in comparison.RECIPES:
             run = comparison.run(recipe, seed=seed)
             out += [Entry(run, None, CURVE), Entry(run, 0, CURVE)] + [Entry(run, s, (N,)) for s in SNAPSHOTS]
+            if recipe == "bert":
+                out.append(Entry(run, None, (N,), head=True))
         out += [Entry(comparison.run("bert", mlm_rate=0.40, seed=seed), None, (N,)),
                 Entry(comparison.run("t5_span", steps=6000, seed=seed), None, (N,))]
     return out
 
 
-def entry(name: str, step=None) -> Entry:
+def entry(name: str, step=None, head: bool = False) -> Entry:
     for e in entries():
-        if e.run.name == name and e.step == step:
+        if e.run.name == name and e.step == step and e.head == head:
             return e
-    raise KeyError(f"no yardstick entry for {name!r} at step {step!r}")
+    raise KeyError(f"no yardstick entry for {name!r} at step {step!r}" + (" with a head" if head else ""))
 
 
 def key(e: Entry) -> str:
     blob = json.dumps({"backbone": cache.checkpoint_key(e.backbone()), "ns": e.ns, "splits": SPLITS,
                        "learning_rates": finetune.LEARNING_RATES, "steps": finetune.STEPS,
-                       "version": finetune.VERSION}, sort_keys=True)
+                       "version": finetune.VERSION, "head": e.head}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -97,21 +102,26 @@ def _read(e: Entry, directory=None):
     return saved if saved.get("key") == key(e) else None
 
 
-def compute(name: str, step, directory: str = None) -> None:
-    """Fine-tune one entry's backbone over its sweep and save the result (run in a pinned process)."""
-    e, directory = entry(name, step), (None if directory is None else Path(directory))
+def compute(name: str, step, directory: str = None, head: bool = False) -> None:
+    """Fine-tune one entry's backbone over its sweep and save the result (run in a pinned process), with the
+    backbone's own zero-shot scores on each split's test reviews and, for a snapshot, its training log (a
+    snapshot is retrained on this machine: its trajectory can differ from the committed checkpoint's)."""
+    e, directory = entry(name, step, head), (None if directory is None else Path(directory))
     start = time.perf_counter()
     if e.step is None:
-        model = cache.get_or_train(e.run)[0]
+        model, log = cache.get_or_train(e.run)[0], None
     else:   # a snapshot: the run retrained here and stopped after `step` steps, in this process
-        model = e.run.train_fn(e.backbone().config, desc=e.name)[0]
+        model, log = e.run.train_fn(e.backbone().config, desc=e.name)
     trained = time.perf_counter() - start
+    kind = e.run.config["kind"]
+    zero_shot = None if e.head else [finetune.score(model, kind, finetune.rating_task(s).test) for s in SPLITS]
     with tqdm(total=len(e.ns) * len(SPLITS) * len(finetune.LEARNING_RATES), desc=f"fine-tuning {e.name}",
               file=sys.stderr, mininterval=1.0) as bar:
-        rows = finetune.sweep(model, e.run.config["kind"], e.ns, SPLITS, finetune.LEARNING_RATES, finetune.STEPS,
-                              progress=lambda done, total: bar.update(done - bar.n))
-    saved = {"key": key(e), "name": e.name, "run": e.run.name, "step": e.step, "ns": list(e.ns),
-             "backbone_seconds": round(trained, 1), "cpu": processes.cpu_name(), "rows": rows}
+        rows = finetune.sweep(model, kind, e.ns, SPLITS, finetune.LEARNING_RATES, finetune.STEPS,
+                              progress=lambda done, total: bar.update(done - bar.n), head=e.head)
+    saved = {"key": key(e), "name": e.name, "run": e.run.name, "step": e.step, "head": e.head, "ns": list(e.ns),
+             "backbone_seconds": round(trained, 1), "cpu": processes.cpu_name(), "zero_shot": zero_shot,
+             "log": log, "rows": rows}
     target = path_of(e, directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     cache.write_atomically(target, lambda f: f.write(json.dumps(saved, indent=1) + "\n"), "w")
@@ -124,9 +134,9 @@ def missing(directory=None) -> list:
 def estimated_seconds(e: Entry) -> float:
     """What one entry costs on this project's machine (one core), for the schedule and its progress bar: a
     fine-tune of n reviews took about 0.45 + 0.029 n seconds (0.7 s at n = 8, 4.2 s at 128), a snapshot's
-    pretraining about 0.03 s a step, and a measuring process 5 s to start; T5's two stacks about 1.4 times that."""
+    pretraining about 0.03 s a step, and a measuring process 5 s to start; T5's two stacks about 1.7 times that."""
     tunes = len(SPLITS) * len(finetune.LEARNING_RATES)
-    slower = 1.4 if e.run.config["kind"] == "encoder-decoder" else 1.0
+    slower = 1.7 if e.run.config["kind"] == "encoder-decoder" else 1.0
     return 5 + slower * (tunes * sum(0.45 + 0.029 * n for n in e.ns) + 0.03 * (e.step or 0))
 
 
@@ -136,7 +146,7 @@ def fill(processes_count: int = 2, directory=None, only=None) -> list:
     todo = [e for e in missing(directory) if not only or e.run.name in only]
     cost = {e.name: estimated_seconds(e) for e in todo}
     todo.sort(key=lambda e: -cost[e.name])
-    calls = [(e.name, compute, {"name": e.run.name, "step": e.step,
+    calls = [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head,
                                 "directory": None if directory is None else str(directory)}) for e in todo]
     failures = processes.call_in_processes(calls, processes_count, cost)
     if failures:
@@ -144,10 +154,10 @@ def fill(processes_count: int = 2, directory=None, only=None) -> list:
     return [e.name for e in todo]
 
 
-def result(name: str, step=None) -> dict:
+def result(name: str, step=None, head: bool = False) -> dict:
     """The saved fine-tunes of one entry (`compute`'s file); computed first when missing or stale, except
     where BOOK_NO_TRAINING is set (there: StaleCheckpoint)."""
-    e = entry(name, step)
+    e = entry(name, step, head)
     saved = _read(e)
     if saved is None:
         if os.environ.get("BOOK_NO_TRAINING"):
@@ -159,20 +169,35 @@ def result(name: str, step=None) -> dict:
     return saved
 
 
-def test_scores(name: str, step=None, n: int = N, group: str = "and") -> list:
+def test_scores(name: str, step=None, n: int = N, group: str = "and", head: bool = False) -> list:
     """One entry's yardstick: the test score on `group` reviews ("and", "but" or "all") of each label split, at
     the learning rate its validation chose (`finetune.chosen`) with n labelled reviews."""
-    return [row["test"][group] for row in finetune.chosen(result(name, step)["rows"], n)]
+    return [row["test"][group] for row in finetune.chosen(result(name, step, head)["rows"], n)]
 
 
-def chosen_rate(name: str, step=None, n: int = N) -> float:
+def chosen_rate(name: str, step=None, n: int = N, head: bool = False) -> float:
     """The learning rate the validation reviews chose for one entry at n labelled reviews."""
-    return finetune.chosen(result(name, step)["rows"], n)[0]["lr"]
+    return finetune.chosen(result(name, step, head)["rows"], n)[0]["lr"]
+
+
+def scores_by_rate(name: str, step=None, n: int = N, group: str = "and") -> dict:
+    """{learning rate: the test scores on `group` reviews of each label split}, every rate swept (not only the
+    chosen one): what the choice on validation reviews selects among."""
+    rows = [r for r in result(name, step)["rows"] if r["n"] == n]
+    return {lr: [r["test"][group] for r in sorted(rows, key=lambda r: r["split"]) if r["lr"] == lr]
+            for lr in sorted({r["lr"] for r in rows})}
+
+
+def zero_shot_scores(name: str, step=None, group: str = "and") -> list:
+    """The backbone's own score on `group` test reviews of each split before fine-tuning (the shared protocol
+    at the rating slot), as saved with the entry: for a snapshot, the network that was fine-tuned."""
+    return [score[group] for score in result(name, step)["zero_shot"]]
 
 
 def same_result(a: dict, b: dict) -> bool:
     """Whether two saved entries hold the same key and the same scores (wall times aside)."""
-    rows = [[{k: v for k, v in row.items() if k != "seconds"} for row in x["rows"]] for x in (a, b)]
+    rows = [[{k: v for k, v in row.items() if k != "seconds"} for row in x["rows"]] + [x.get("zero_shot")]
+            for x in (a, b)]
     return a["key"] == b["key"] and json.dumps(rows[0]) == json.dumps(rows[1])
 
 
@@ -184,7 +209,8 @@ def reproduce(directory, sample: int = None, seed: int = 0) -> bool:
     directory = Path(directory)
     todo = [e for e in chosen if _read(e, directory) is None]
     failures = processes.call_in_processes(
-        [(e.name, compute, {"name": e.run.name, "step": e.step, "directory": str(directory)}) for e in todo], 2)
+        [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "directory": str(directory)})
+         for e in todo], 2)
     if failures:
         raise RuntimeError(f"fine-tuning failed for {failures}")
     here, unexplained = processes.cpu_name(), []
