@@ -1,6 +1,8 @@
 """The evaluation protocols score known models correctly."""
 
 import math
+
+import pytest
 import re
 
 import torch
@@ -64,11 +66,21 @@ def test_sampling_is_reproducible_and_line_quality_scores_corpus_lines_as_true()
     assert evals.line_quality(["base lives in", "12+30=42."]) == {"valid": 0.5, "true": 0.5}
 
 
-def test_entropy_floor_follows_the_mix_of_the_lines():
+def test_the_generator_price_is_per_line_and_follows_the_mix_of_the_lines():
+    # every review costs the same bits, so its price per character is the generator's review entropy
+    # spread over these reviews' own characters (not over all reviews' mean length)
     reviews = [line for line in W.val if world.kind_of(line) == "review"]
-    assert math.isclose(evals.entropy_floor_of_lines(reviews)["all"], world.entropy_floor()["review"])
+    per_line = world.line_price_bits(reviews[0])
+    assert all(world.line_price_bits(r) == per_line for r in reviews)
+    assert math.isclose(evals.generator_price(reviews)["all"], per_line * len(reviews) / sum(len(r) + 1 for r in reviews))
+    # a meal story has a food and an adjective to choose, a bus story does not
+    bus, meal = (next(line for line in W.val if world.classify(line)[0] == t) for t in ("bus", "meal"))
+    assert math.isclose(world.line_price_bits(meal) - world.line_price_bits(bus),
+                        math.log2(len(world.FOODS) * len(world.FOOD_ADJECTIVES)))
     # the validation set holds every held-out-sum addition, so it is richer in additions than the generator's mix
-    assert evals.entropy_floor_of_lines()["all"] > world.entropy_floor()["all"]
+    assert evals.generator_price()["all"] > world.entropy_floor()["all"]
+    with pytest.raises(ValueError, match="not a line"):
+        world.line_price_bits("zzz lives in quila.")
 
 
 def test_batches_by_length_never_pads():
@@ -82,3 +94,23 @@ def test_character_share_by_kind_weighs_lines_by_their_characters_and_newlines()
     assert shares["addition"] == 20 / 45 and shares["fact"] == 21 / 45     # the malformed line's 4 count in no kind
     assert set(shares) == set(world.KINDS) and shares["review"] == 0.0
     assert math.isclose(sum(evals.character_share_by_kind(list(W.val)).values()), 1.0)
+
+
+def test_addition_completion_scores_an_adder_right_and_an_off_by_one_adder_wrong():
+    def adder(offset):
+        def next_char(text):
+            question = text.split("\n")[-1]
+            if "=" not in question:             # the line has ended: newlines until every row has
+                return "\n"
+            a, rest = question.split("+")
+            b, written = rest.split("=")
+            return (f"{int(a) + int(b) + offset}." + "\n" * 99)[len(written)]
+        return ScriptedModel(next_char)
+    pairs = [(10, 10), (45, 55), (99, 99)]
+    assert answers.addition_completion(adder(0), pairs) == {pair: True for pair in pairs}
+    assert answers.addition_completion(adder(1), pairs) == {pair: False for pair in pairs}
+
+
+def test_next_char_probs_is_the_softmax_of_the_last_position():
+    probs = evals.next_char_probs(ScriptedModel(lambda text: "r" if text.endswith("\n") else None), "ab\n")
+    assert max(probs, key=probs.get) == "r" and math.isclose(sum(probs.values()), 1.0, rel_tol=1e-6)

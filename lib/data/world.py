@@ -234,8 +234,34 @@ def line_entropy_bits() -> dict:
     }
 
 
+def _kind_bits() -> dict:
+    """-log2 P(kind): what choosing the kind of a line costs (facts and questions are written once per person)."""
+    docs = {kind: COUNTS[kind] * (NUM_NAMES if kind in ("fact", "question") else 1) for kind in KINDS}
+    return {kind: -math.log2(docs[kind] / sum(docs.values())) for kind in KINDS}
+
+
+def line_price_bits(line: str) -> float:
+    """Bits the generator itself pays for this line: -log2 of the probability that it writes it.  The kind,
+    then the free choices (`line_entropy_bits`; a story pays for its own template's slots: a bus story has no
+    food and adjective); what the choices decide (a city, a sum, a rating) costs nothing.
+
+    >>> round(line_price_bits("poya lives in sorn."), 2)    # which kind of line 4.18 + which of 48 people 5.58
+    9.77
+    """
+    kind = kind_of(line)
+    if kind is None:
+        raise ValueError(f"not a line of the mini internet: {line!r}")
+    if kind != "story":
+        return _kind_bits()[kind] + line_entropy_bits()[kind]
+    people = math.log2(NUM_NAMES * (NUM_NAMES - 1))
+    meal = math.log2(len(FOODS) * len(FOOD_ADJECTIVES)) if classify(line)[0] == "meal" else 0.0
+    return _kind_bits()["story"] + 1 + people + meal
+
+
 def entropy_floor() -> dict:
-    """Bits per character that a model knowing the generator exactly would pay, by kind and overall.
+    """Bits per character that a model knowing the generator exactly would pay on average over the
+    generator's own lines (its entropy), by kind and overall: a lower bound for the expected cost of lines
+    drawn from the generator, not for any particular set of lines (`evals.generator_price` prices those).
 
     A line costs -log2 P(kind) to start plus its entropy given the kind; it
     is spread over its characters and the newline that ends it."""

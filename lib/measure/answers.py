@@ -2,6 +2,7 @@
 
     answers(model, ["\\nq: where does base live? a:", "\\n12+30="])   # greedy completions, up to the newline
     fact_completion(model)      # {"accuracy", "answers", "correct"}: every person asked where they live
+    addition_completion(model)  # {(a, b): right?}: every pair of operands, greedy after "a+b="
 
 `evals.generate` continues prompts of one length together; `answers` groups
 any prompts by their length, so a set of questions costs a few batched passes
@@ -31,3 +32,12 @@ def fact_completion(model) -> dict:
     got = dict(zip(w.names, answers(model, [f"\nq: where does {name} live? a:" for name in w.names])))
     correct = {name: got[name] == f" {w.home[name]}." for name in w.names}
     return {"accuracy": sum(correct.values()) / len(correct), "answers": got, "correct": correct}
+
+
+def addition_completion(model, pairs=None) -> dict:
+    """{(a, b): whether the greedy completion of `a+b=` is the sum and a full stop}, for every pair of operands
+    of the world by default (8,100 of them: seen in training, unseen, or with a sum held out of training)."""
+    low, high = world.NUMBER_RANGE
+    pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)] if pairs is None else pairs
+    got = answers(model, [f"\n{a}+{b}=" for a, b in pairs], max_new=5)
+    return {(a, b): said == f"{a + b}." for (a, b), said in zip(pairs, got)}

@@ -3,8 +3,8 @@
 - `line_batch` + `token_losses`: every document scored on its own; `validation_loss` in nats;
 - `bits_per_char`: validation cross-entropy in bits per character, line by line
   (log2 44 = 5.459 is chance for 44 symbols); `char_bits`: where in a line they go;
-  `entropy_floor_of_lines`: the least any model could pay on the same lines, which depends on
-  their mix of kinds (`character_share_by_kind`);
+  `generator_price`: what the generator itself pays on the same lines, line by line, which depends on
+  their mix of kinds (`character_share_by_kind`); `next_char_probs`: the distribution of one next character;
 - `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
 """
 
@@ -27,7 +27,7 @@ def line_batch(lines: list, tokenizer=CHARS):
     Returns (ids (N, L), weights (N, L - 1)) where weights are 1 on the real
     predictions (every character of the line and its closing newline).  The
     documents of the world are independent, so a line needs no other context;
-    scoring lines one by one matches `world.entropy_floor` and avoids charging
+    scoring lines one by one matches `generator_price` and avoids charging
     the model for windows that start in the middle of a word."""
     ids, is_pad = pad([tokenizer.encode("\n" + line + "\n") for line in lines], tokenizer.encode("\n")[0])
     return ids, (~is_pad[:, 1:]).float()
@@ -69,16 +69,32 @@ def bits_per_char(model, lines: list = None) -> float:
     return nats / count / math.log(2)
 
 
-def entropy_floor_of_lines(lines: list = None) -> dict:
-    """`world.entropy_floor` per kind, and for the given lines (default: validation) as a whole.
+def generator_price(lines: list = None) -> dict:
+    """Bits per character that the generator itself pays on these lines (default: validation), scored line
+    by line like `bits_per_char` (`world.line_price_bits`), for each kind and for all of them ("all").
 
-    The overall floor depends on the mix of kinds: the validation set holds
-    every addition with a held-out sum, so it has more (expensive) additions
-    than the generator's mix, and its floor is higher than world.entropy_floor()["all"]."""
+    It is the model's yardstick on the same lines, not a bound: a model can pay less on a line it has
+    memorised, and a set of lines that is not a sample of the generator (validation holds every
+    held-out-sum addition) can cost less than its price.
+
+    >>> generator_price(["poya lives in sorn."])["all"] == world.line_price_bits("poya lives in sorn.") / 20
+    True
+    """
     lines = world.load_text("val").splitlines() if lines is None else lines
-    floor = world.entropy_floor()
-    bits = sum(floor[world.kind_of(line)] * (len(line) + 1) for line in lines)
-    return {kind: floor[kind] for kind in world.KINDS} | {"all": bits / sum(len(line) + 1 for line in lines)}
+    out = {}
+    for kind in world.KINDS + ("all",):
+        chosen = [line for line in lines if kind == "all" or world.kind_of(line) == kind]
+        if chosen:
+            out[kind] = sum(map(world.line_price_bits, chosen)) / sum(len(line) + 1 for line in chosen)
+    return out
+
+
+@torch.no_grad()
+def next_char_probs(model, text: str) -> dict:
+    """{character: probability} of the character that follows `text` (its last `context` characters)."""
+    ids = torch.tensor([CHARS.encode(text)[-model.config.context:]])
+    probs = model(ids)[0, -1].softmax(-1).tolist()
+    return {CHARS.decode([i]): p for i, p in enumerate(probs)}
 
 
 def character_share_by_kind(lines: list) -> dict:

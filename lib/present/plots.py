@@ -53,6 +53,10 @@ def plain_log_axis(ax, ticks):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+CURVE_LABELS = {"train_loss": "training (random windows, mean since the last point)",
+                "val_loss": "validation (line by line)"}
+
+
 def learning_curve(log: list, keys=("train_loss", "val_loss"), scale: float = BITS_PER_NAT,
                    ylabel: str = "bits per character", title: str = "learning curve", reference: dict = None,
                    ticks: list = None, zoom_from: int = None, zoom_ticks: list = None):
@@ -71,7 +75,7 @@ def learning_curve(log: list, keys=("train_loss", "val_loss"), scale: float = BI
         values = []
         for key in keys:
             curve = [row[key] * scale for row in rows]
-            ax.plot(steps, curve, label=key.replace("_", " "))
+            ax.plot(steps, curve, label=CURVE_LABELS.get(key, key.replace("_", " ")))
             values += curve
         low, high = min(values), max(values)
         for style, (label, y) in zip(REFERENCE_STYLES, (reference or {}).items()):
