@@ -31,6 +31,30 @@ def test_exercise_1_low_lower_newest():
     assert tok.tokens("lowest") == ["low", "e", "s", "t"]
 
 
+def test_exercise_1_hat_hats_that_chat():
+    tok = bpe.bpe_train("hat hat hat hats that chat chat", 3, pattern=bpe.SPACE_PATTERN)
+    assert tok.merges == [("h", "a"), ("ha", "t"), ("c", "hat")] and tok.tied == [2, 1, 1]
+    assert tok.tokens("hatch") == ["hat", "c", "h"]
+
+
+def test_with_hfs_tie_rule_our_trainer_learns_hfs_merges():
+    import json
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    text = world.load_text("train")[:40000]
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.train_from_iterator([text], trainers.BpeTrainer(
+        vocab_size=256 + 120, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    theirs = [tuple(hf.decoder.decode([piece]) for piece in pair) for pair in json.loads(hf.to_str())["model"]["merges"]]
+    ours = bpe.bpe_train(text, 120, tie="smallest id", symbol_order=bpe.byte_level_char)
+    assert sum(n > 1 for n in ours.tied) > 10            # the rule is exercised: many merges are chosen among ties
+    assert ours.merges == theirs
+    assert bpe.bpe_train(text, 120).merges != theirs     # and with our own rule they differ
+    with pytest.raises(ValueError, match="tie must be"):
+        bpe.bpe_train(text, 1, tie="largest")
+
+
 def test_ties_go_to_the_pair_that_occurs_first():
     assert bpe.bpe_train("xy ab ab xy", 1, pattern=bpe.SPACE_PATTERN).merges == [("x", "y")]
     assert bpe.bpe_train("ab xy xy ab", 1, pattern=bpe.SPACE_PATTERN).merges == [("a", "b")]

@@ -91,7 +91,11 @@ def test_em_never_lowers_the_likelihood():
 
 def test_training_on_the_world_reaches_the_vocabulary_size():
     chunks = Counter(bpe.pretokenize(world.load_text("train")))
-    model = unigram_train(chunks, vocab_size=150)
+    rounds = []
+    model = unigram_train(chunks, vocab_size=150, history=rounds)
+    sizes = [r["pieces"] for r in rounds]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1] and len(rounds) >= 3
+    assert rounds[-1]["log_likelihood"] <= rounds[1]["log_likelihood"]    # pruning to 150 costs likelihood
     characters = {ch for chunk in chunks for ch in chunk}
     assert len(model) == 150 and characters <= set(model.probabilities)
     assert abs(sum(model.probabilities.values()) - 1) < 1e-9

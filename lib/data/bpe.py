@@ -8,7 +8,12 @@ Training (Sennrich et al. 2016, as used by GPT-2):
 2. Start from single symbols: characters, or UTF-8 bytes with `byte_level=True`.
 3. Count adjacent pairs over all chunks, merge the most frequent pair
    everywhere, record the merge; repeat.  Ties go to the pair that occurs
-   first in the text.
+   first in the text (`tie="first"`), or to the pair of smallest ids, the
+   rule of HF `tokenizers` (`tie="smallest id"`: base symbols numbered in the
+   order `symbol_order` sorts them, merged tokens in the order they are
+   made).  Sennrich et al.'s subword-nmt has a third rule: the largest pair in
+   string order.  A rule matters: in the mini internet about half of the
+   first 300 merges are chosen among tied pairs.
 
     >>> tok = bpe_train("the car\\nthe cat\\nthe rat\\n", 3, pattern=SPACE_PATTERN)
     >>> tok.merges
@@ -63,6 +68,21 @@ def merge(symbols: tuple, pair: tuple) -> tuple:
     return tuple(out)
 
 
+def byte_level_char(symbol: str) -> str:
+    """The printable character GPT-2's byte-level alphabet writes for a one-byte symbol: printable bytes
+    stand for themselves, the other 68 (space, newline, ...) for the characters from U+0100 on, in byte
+    order.  HF `tokenizers` numbers its alphabet in the order of these characters.
+
+    >>> byte_level_char("a"), byte_level_char(" "), byte_level_char("\\n")
+    ('a', 'Ġ', 'Ċ')
+    """
+    byte = ord(symbol)
+    printable = lambda b: 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255
+    if printable(byte):
+        return chr(byte)
+    return chr(256 + sum(1 for b in range(byte) if not printable(b)))
+
+
 def pair_counts(words: list) -> dict:
     """{pair: count} over (symbols, frequency) words, in order of first occurrence.
 
@@ -91,6 +111,7 @@ class BPE(Tokenizer):
         self.vocab = list(dict.fromkeys(self.base + [a + b for a, b in self.merges]))
         self.stoi = {token: i for i, token in enumerate(self.vocab)}
         self._cache = {}
+        self.tied = None    # bpe_train sets it: how many pairs shared the top count at each merge
 
     @classmethod
     def train(cls, text: str, vocab_size: int = None, pattern: str = SPLIT_PATTERN, byte_level: bool = False) -> "BPE":
@@ -144,11 +165,16 @@ class BPE(Tokenizer):
         return b"".join(pieces).decode("utf-8", errors="replace") if self.byte_level else "".join(pieces)
 
 
-def bpe_train(text: str, num_merges: int = None, pattern: str = SPLIT_PATTERN, byte_level: bool = False) -> BPE:
+def bpe_train(text: str, num_merges: int = None, pattern: str = SPLIT_PATTERN, byte_level: bool = False,
+              tie: str = "first", symbol_order=None) -> BPE:
     """Learn up to `num_merges` merges (None: until every chunk is one token).
 
     Training stops early when no pair is left, so `len(tok.merges)` may be
-    smaller than `num_merges`.
+    smaller than `num_merges`.  `tok.tied[k]` is how many pairs shared the
+    top count when merge k was chosen (1: no tie).  Ties go to the pair that
+    occurs first in the text (tie="first") or to the pair of smallest ids
+    (tie="smallest id"; the base symbols are numbered in the order
+    `symbol_order` sorts them, by default their own order).
 
     >>> tok = bpe_train("low low low lower newest newest", 3, pattern=SPACE_PATTERN)
     >>> tok.merges, tok.merge_counts
@@ -164,13 +190,22 @@ def bpe_train(text: str, num_merges: int = None, pattern: str = SPLIT_PATTERN, b
     # Each distinct chunk once, with its frequency, in order of first appearance.
     words = [(tok._symbols(chunk), n) for chunk, n in Counter(pretokenize(text, pattern)).items()]
     base = [bytes([b]) for b in range(256)] if byte_level else sorted({s for w, _ in words for s in w})
-    merges, merge_counts = [], []
+    if tie not in ("first", "smallest id"):
+        raise ValueError(f'tie must be "first" or "smallest id", got {tie!r}')
+    ids = {symbol: i for i, symbol in enumerate(sorted(base, key=symbol_order))}
+    merges, merge_counts, tied = [], [], []
     while num_merges is None or len(merges) < num_merges:
         counts = pair_counts(words)
         if not counts:
             break  # every chunk is a single token
-        pair = max(counts, key=counts.get)  # max keeps the first of equals: first occurrence wins ties
+        top = max(counts.values())
+        candidates = [pair for pair, n in counts.items() if n == top]     # in order of first occurrence
+        pair = candidates[0] if tie == "first" else min(candidates, key=lambda p: (ids[p[0]], ids[p[1]]))
         merges.append(pair)
-        merge_counts.append(counts[pair])
+        merge_counts.append(top)
+        tied.append(len(candidates))
+        ids.setdefault(pair[0] + pair[1], len(ids))
         words = [(merge(w, pair) if len(w) > 1 else w, n) for w, n in words]
-    return BPE(base, merges, merge_counts, pattern, byte_level)
+    tok = BPE(base, merges, merge_counts, pattern, byte_level)
+    tok.tied = tied
+    return tok
