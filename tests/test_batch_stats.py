@@ -18,23 +18,28 @@ def two_spans(windows, generator):
 
 def test_counts_of_a_stack_batch():
     batch = ob.lm_batch(torch.tensor([[A, B, C, D, E]] * 2))           # 2 windows: 4 positions each, all targets
-    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 8}
+    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 8, "rating_targets": 0}
+    # "rating : good ." : the next token after ":" is a rating, once per window
+    R, COLON, GOOD = (TOKENIZER[w] for w in ("rating", ":", "good"))
+    batch = ob.lm_batch(torch.tensor([[R, COLON, GOOD, E]] * 3))
+    assert batch_stats.batch_counts(batch)["rating_targets"] == 3
 
 
 def test_counts_of_an_encoder_decoder_batch():
     # source: the <mask> soup ., target: the soup was tasty . (BART: two words hidden behind one <mask>)
     batch = ob.encoder_decoder_batch([[A, MASK, B, E]], [[A, B, C, D, E]], [[False] * 5])
-    assert batch_stats.batch_counts(batch) == {"positions": 9, "loss": 5, "sentinels": 0, "content": 5,
-                                               "source_unmasked": 3}
+    assert batch_stats.batch_counts(batch) == {"positions": 9, "loss": 5, "rating_targets": 0, "sentinels": 0,
+                                               "content": 5, "source_unmasked": 3}
     # T5: the soup <0> tasty . -> <0> was <1>: two sentinel targets, one hidden word
     batch = ob.encoder_decoder_batch(*zip(ob.corrupt_spans([A, B, C, D, E], [(2, 3)])))
-    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 3, "sentinels": 2, "content": 1,
-                                               "source_unmasked": 5}
+    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 3, "rating_targets": 0, "sentinels": 2,
+                                               "content": 1, "source_unmasked": 5}
 
 
 def test_totals_sum_the_training_batches():
     total = batch_stats.totals(ob.lm_batch, STREAM, 9, 4, 3)           # 3 batches of 4 windows of 8 positions
-    assert total == {"positions": 96, "loss": 96}
+    assert {k: total[k] for k in ("positions", "loss")} == {"positions": 96, "loss": 96}
+    assert 0 < total["rating_targets"] < 96          # a rating is one token in 17 of the review stream
     made = list(batch_stats.training_batches(ob.mlm_batch, STREAM, 9, 4, 3, seed=5))
     assert batch_stats.totals(ob.mlm_batch, STREAM, 9, 4, 3, seed=5)["loss"] == sum(int(b.loss_mask.sum()) for b in made)
     assert batch_stats.totals(ob.mlm_batch, STREAM, 9, 4, 3, seed=6) != batch_stats.totals(ob.mlm_batch, STREAM, 9, 4, 3, seed=5)

@@ -15,6 +15,7 @@ from collections import Counter
 import torch
 
 from lib.data.tokenizers import MASK, NEWLINE_WORD, PAD, SENTINELS, TOKENIZER
+from lib.data.world import RATINGS
 from lib.objectives.batches import VOCAB_SIZE, random_windows
 
 TEMPLATE_SLOTS = 17   # a review and its newline: 17 word tokens
@@ -28,12 +29,18 @@ def training_batches(make_batch, stream, window: int, batch_size: int, batches: 
         yield make_batch(random_windows(stream, window, batch_size, g), g)
 
 
+RATING_TARGETS = torch.tensor([TOKENIZER.stoi[rating] for rating in RATINGS])
+
+
 def batch_counts(batch) -> Counter:
     """One batch's counts: positions processed (padding excluded), loss positions, and where the batch has them,
+    rating targets (loss positions whose target is good, ok or bad: a prediction of a review's rating),
     sentinel and content targets, ELECTRA's selected and replaced positions, and the source tokens that are
     neither padding nor <mask> (BART: the loss positions minus these are the words the encoder cannot see)."""
     counts = Counter(positions=batch.positions if hasattr(batch, "positions") else int(batch.loss_mask.numel()),
                      loss=int(batch.loss_mask.sum()))
+    if hasattr(batch, "targets"):
+        counts.update(rating_targets=int((batch.loss_mask & torch.isin(batch.targets, RATING_TARGETS)).sum()))
     if hasattr(batch, "is_sentinel"):
         counts.update(sentinels=int(batch.is_sentinel.sum()), content=int((batch.loss_mask & ~batch.is_sentinel).sum()),
                       source_unmasked=int(((batch.source != PAD) & (batch.source != MASK)).sum()))
