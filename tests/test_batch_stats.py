@@ -70,3 +70,21 @@ def test_masked_character_counts():
         "characters": 8, "masked": 8, "letters": 6, "letters determined": 4}
     assert batch_stats.masked_character_counts("cat cot\n", rate=0.0) == {"characters": 8, "masked": 0}
     assert sorted(batch_stats.words_by_length("cat 12 cot\n")[3]) == ["cat", "cot"]
+
+
+def test_hidden_runs_recover_the_spans_and_rating_hiding_counts_them():
+    windows = STREAM[:10].repeat(2, 1)
+    batch = two_spans(windows, None)
+    assert batch_stats.hidden_runs(batch, 1) == [(2, 4), (6, 7)]
+    # a masked-LM batch: adjacent loss positions are one run
+    masked = ob.lm_batch(torch.tensor([[A, B, C, D, E, A]]))
+    masked.loss_mask[:] = torch.tensor([[False, True, True, False, True]])
+    assert batch_stats.hidden_runs(masked, 0) == [(1, 3), (4, 5)]
+    # "rating : good ." with the rating hidden alone, as the only span: the shared question's shape
+    R, COLON, GOOD = (TOKENIZER[w] for w in ("rating", ":", "good"))
+    only_the_rating = lambda w, g: ob.encoder_decoder_batch(*zip(*[ob.corrupt_spans(row, [(2, 3)]) for row in w.tolist()]))
+    stream = torch.tensor([R, COLON, GOOD, E] * 3)
+    counts = batch_stats.rating_hiding(only_the_rating, stream, 4, 3, batches=1)
+    hidden = counts["hidden"]
+    assert counts["ratings"] >= hidden > 0 and counts["alone"] == counts["starts"] == hidden
+    assert counts["only"] == hidden                                  # nothing else is hidden in these examples

@@ -19,17 +19,74 @@ from lib.data.world import RATINGS
 from lib.objectives.batches import VOCAB_SIZE, random_windows
 
 TEMPLATE_SLOTS = 17   # a review and its newline: 17 word tokens
+RATING_TARGETS = torch.tensor([TOKENIZER.stoi[rating] for rating in RATINGS])
+
+
+def windows_and_batches(make_batch, stream, window: int, batch_size: int, batches: int, seed: int = 0):
+    """(windows, batch) for the first `batches` batches that make_batch(windows, generator) builds from random
+    `window`-token windows of `stream`, one generator seeded `seed` drawing both the windows and the corruption
+    (as in training)."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(batches):
+        windows = random_windows(stream, window, batch_size, g)
+        yield windows, make_batch(windows, g)
 
 
 def training_batches(make_batch, stream, window: int, batch_size: int, batches: int, seed: int = 0):
-    """The first `batches` batches that make_batch(windows, generator) builds from random `window`-token windows
-    of `stream`, one generator seeded `seed` drawing both the windows and the corruption (as in training)."""
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(batches):
-        yield make_batch(random_windows(stream, window, batch_size, g), g)
+    """The batches of `windows_and_batches`."""
+    for _, batch in windows_and_batches(make_batch, stream, window, batch_size, batches, seed):
+        yield batch
 
 
-RATING_TARGETS = torch.tensor([TOKENIZER.stoi[rating] for rating in RATINGS])
+def hidden_runs(batch, b: int) -> list:
+    """[(start, end)] of the runs of window positions that example b of a batch hides: the spans of an
+    encoder-decoder batch (each sentinel of the source stands for the tokens the target gives it), or the
+    runs of adjacent loss positions of a masked-LM batch (BERT)."""
+    if hasattr(batch, "is_sentinel"):
+        sentinels = set(SENTINELS)
+        lengths = []
+        for token in batch.targets[b][batch.loss_mask[b]].tolist():
+            if token in sentinels:
+                lengths.append(0)
+            else:
+                lengths[-1] += 1
+        runs, position = [], 0
+        for token in batch.source[b][batch.source[b] != PAD].tolist():
+            if token in sentinels:
+                runs.append((position, position + lengths[len(runs)]))
+                position += lengths[len(runs) - 1]
+            else:
+                position += 1
+        return runs
+    masked, runs = batch.loss_mask[b].tolist(), []
+    for i, hidden in enumerate(masked):
+        if hidden and (i == 0 or not masked[i - 1]):
+            runs.append([i, i + 1])
+        elif hidden:
+            runs[-1][1] = i + 1
+    return [tuple(r) for r in runs]
+
+
+def rating_hiding(make_batch, stream, window: int, batch_size: int, batches: int = 50, seed: int = 0) -> Counter:
+    """How the training examples hide a review's rating, counted in the window's own coordinates (a window
+    starts anywhere in the stream, so the rating can be at any position): "ratings" in the windows, "hidden"
+    ones, and among those "alone" (the hidden run is the rating and nothing else), "starts" (a run starts at
+    the rating) and "only" (the example hides that one token and nothing else: the shared question's shape).
+    Masked-LM batches hide single positions; a run is adjacent masked positions."""
+    counts, ratings = Counter(), set(RATING_TARGETS.tolist())
+    for windows, batch in windows_and_batches(make_batch, stream, window, batch_size, batches, seed):
+        for b, row in enumerate(windows.tolist()):
+            runs = hidden_runs(batch, b)
+            for position, token in enumerate(row):
+                if token not in ratings:
+                    continue
+                counts["ratings"] += 1
+                run = next((r for r in runs if r[0] <= position < r[1]), None)
+                if run is None:
+                    continue
+                counts.update(hidden=1, alone=run == (position, position + 1), starts=run[0] == position,
+                              only=runs == [(position, position + 1)])
+    return counts
 
 
 def batch_counts(batch) -> Counter:
