@@ -41,8 +41,13 @@ def training_batches(make_batch, stream, window: int, batch_size: int, batches: 
 def hidden_runs(batch, b: int) -> list:
     """[(start, end)] of the runs of window positions that example b of a batch hides: the spans of an
     encoder-decoder batch (each sentinel of the source stands for the tokens the target gives it), or the
-    runs of adjacent loss positions of a masked-LM batch (BERT)."""
+    runs of adjacent loss positions of a masked-LM batch (BERT: the positions its objective selects, kept,
+    replaced or masked).  T5-style batches only: UL2's mode token and BART's sentinel-free targets do not map
+    back to window positions this way."""
     if hasattr(batch, "is_sentinel"):
+        if getattr(batch, "modes", None) is not None or not bool(batch.is_sentinel[b].any()):
+            raise ValueError("hidden_runs reads T5 span-corruption batches (sentinels, no mode token) and "
+                             "masked-LM batches only")
         sentinels = set(SENTINELS)
         lengths = []
         for token in batch.targets[b][batch.loss_mask[b]].tolist():
