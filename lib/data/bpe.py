@@ -103,7 +103,7 @@ class BPE(Tokenizer):
     """A trained BPE tokenizer: base symbols plus an ordered list of merges.  `BPE.train(text, vocab_size)`
     or `bpe_train(text, num_merges)` learns one."""
 
-    def __init__(self, base: list, merges: list, merge_counts: list, pattern: str, byte_level: bool):
+    def __init__(self, base: list, merges: list, merge_counts: list, pattern: str, byte_level: bool, tied=None):
         self.base, self.merges, self.merge_counts = list(base), list(merges), list(merge_counts)
         self.pattern, self.byte_level = pattern, byte_level
         self.ranks = {pair: rank for rank, pair in enumerate(self.merges)}
@@ -111,7 +111,7 @@ class BPE(Tokenizer):
         self.vocab = list(dict.fromkeys(self.base + [a + b for a, b in self.merges]))
         self.stoi = {token: i for i, token in enumerate(self.vocab)}
         self._cache = {}
-        self.tied = None    # bpe_train sets it: how many pairs shared the top count at each merge
+        self.tied = tied    # from bpe_train: how many pairs shared the top count at each merge
 
     @classmethod
     def train(cls, text: str, vocab_size: int = None, pattern: str = SPLIT_PATTERN, byte_level: bool = False) -> "BPE":
@@ -206,6 +206,4 @@ def bpe_train(text: str, num_merges: int = None, pattern: str = SPLIT_PATTERN, b
         tied.append(len(candidates))
         ids.setdefault(pair[0] + pair[1], len(ids))
         words = [(merge(w, pair) if len(w) > 1 else w, n) for w, n in words]
-    tok = BPE(base, merges, merge_counts, pattern, byte_level)
-    tok.tied = tied
-    return tok
+    return BPE(base, merges, merge_counts, pattern, byte_level, tied)

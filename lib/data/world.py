@@ -267,12 +267,11 @@ def entropy_floor() -> dict:
     is spread over its characters and the newline that ends it."""
     w = build_world()
     docs = {kind: COUNTS[kind] * (NUM_NAMES if kind in ("fact", "question") else 1) for kind in KINDS}
-    total = sum(docs.values())
     chars = {kind: [] for kind in KINDS}
     for line in w.train + w.val:
         chars[kind_of(line)].append(len(line) + 1)
     mean_chars = {kind: sum(c) / len(c) for kind, c in chars.items()}
-    bits = {kind: h - math.log2(docs[kind] / total) for kind, h in line_entropy_bits().items()}
+    bits = {kind: h + _kind_bits()[kind] for kind, h in line_entropy_bits().items()}
     floor = {kind: bits[kind] / mean_chars[kind] for kind in KINDS}
     floor["all"] = (sum(docs[k] * bits[k] for k in KINDS) / sum(docs[k] * mean_chars[k] for k in KINDS))
     return floor

@@ -15,11 +15,10 @@ from collections import Counter
 import torch
 
 from lib.data.tokenizers import MASK, NEWLINE_WORD, PAD, SENTINELS, TOKENIZER
-from lib.data.world import RATINGS
+from lib.measure.protocols import RATING_IDS
 from lib.objectives.batches import VOCAB_SIZE, random_windows
 
 TEMPLATE_SLOTS = 17   # a review and its newline: 17 word tokens
-RATING_TARGETS = torch.tensor([TOKENIZER.stoi[rating] for rating in RATINGS])
 
 
 def windows_and_batches(make_batch, stream, window: int, batch_size: int, batches: int, seed: int = 0):
@@ -78,7 +77,7 @@ def rating_hiding(make_batch, stream, window: int, batch_size: int, batches: int
     ones, and among those "alone" (the hidden run is the rating and nothing else), "starts" (a run starts at
     the rating) and "only" (the example hides that one token and nothing else: the shared question's shape).
     Masked-LM batches hide single positions; a run is adjacent masked positions."""
-    counts, ratings = Counter(), set(RATING_TARGETS.tolist())
+    counts, ratings = Counter(), set(RATING_IDS)
     for windows, batch in windows_and_batches(make_batch, stream, window, batch_size, batches, seed):
         for b, row in enumerate(windows.tolist()):
             runs = hidden_runs(batch, b)
@@ -102,7 +101,7 @@ def batch_counts(batch) -> Counter:
     counts = Counter(positions=batch.positions if hasattr(batch, "positions") else int(batch.loss_mask.numel()),
                      loss=int(batch.loss_mask.sum()))
     if hasattr(batch, "targets"):
-        counts.update(rating_targets=int((batch.loss_mask & torch.isin(batch.targets, RATING_TARGETS)).sum()))
+        counts.update(rating_targets=int((batch.loss_mask & torch.isin(batch.targets, torch.tensor(RATING_IDS))).sum()))
     if hasattr(batch, "is_sentinel"):
         counts.update(sentinels=int(batch.is_sentinel.sum()), content=int((batch.loss_mask & ~batch.is_sentinel).sum()),
                       source_unmasked=int(((batch.source != PAD) & (batch.source != MASK)).sum()))
