@@ -11,6 +11,7 @@ optimisation, validation) with another network:
     ln_*       pre-LN or post-LN x warm-up 100 or 0 x peak lr 3e-3 or 1e-2, every step logged
                                                                        1,000 steps, 3 seeds (24 runs)
     heads1     n_heads = 1: the same 109,056 parameters                6,000 steps, 3 seeds
+    heads1_steps12000   the same, twice as long (slower, or stuck?)  12,000 steps, 3 seeds
 
 Four heads and the Transformer side of the GRU comparison are the base model's
 own seeds (`base.run(seed)`).
@@ -50,15 +51,19 @@ def layernorm_run(placement: str, warmup: int, lr: float, seed: int = 0) -> Run:
     return Run(layernorm_name(placement, warmup, lr, seed), config, train_char_lm)
 
 
-def heads_run(n_heads: int, seed: int = 0) -> Run:
-    """TinyGPT with n_heads heads; four heads are the base model's own runs."""
-    if n_heads == ModelConfig().n_heads:
+def heads_run(n_heads: int, seed: int = 0, steps: int = BASE_MODEL["steps"]) -> Run:
+    """TinyGPT with n_heads heads for `steps` steps (the cosine schedule stretched to them); four heads for the
+    base model's steps are the base model's own runs."""
+    if n_heads == ModelConfig().n_heads and steps == BASE_MODEL["steps"]:
         return base_run(seed)
-    config = {**BASE_MODEL, "model": {**BASE_MODEL["model"], "n_heads": n_heads}, "seed": seed}
-    return Run(_seeded(f"heads{n_heads}", seed), config, train_char_lm)
+    config = {**BASE_MODEL, "model": {**BASE_MODEL["model"], "n_heads": n_heads}, "seed": seed, "steps": steps}
+    name = f"heads{n_heads}" + ("" if steps == BASE_MODEL["steps"] else f"_steps{steps}")
+    return Run(_seeded(name, seed), config, train_char_lm)
 
 
 def runs() -> list:
-    """The GRU over three seeds, the LayerNorm grid (24 runs) and one head over three seeds."""
+    """The GRU over three seeds, the LayerNorm grid (24 runs) and one head over three seeds, for the base
+    model's 6,000 steps and for twice as many."""
     grid = [layernorm_run(p, w, lr, s) for lr in LEARNING_RATES for p in PLACEMENTS for w in WARMUPS for s in SEEDS]
-    return [gru_run(s) for s in SEEDS] + grid + [heads_run(1, s) for s in SEEDS]
+    return ([gru_run(s) for s in SEEDS] + grid + [heads_run(1, s) for s in SEEDS]
+            + [heads_run(1, s, steps=2 * BASE_MODEL["steps"]) for s in SEEDS])
