@@ -204,14 +204,31 @@ def test_probe_reads_polarity_only_when_the_features_hold_it():
         probes.probe_scores(noise.repeat(1, 1), k=32, polarity={a: True for a in world.FOOD_ADJECTIVES})
 
 
-def test_the_probe_summary_is_the_probe_its_spread_and_its_shuffled_control():
+def test_the_shuffled_control_averages_the_probe_over_random_relabellings():
     polarity = probes.LABELS[:, None] * 2 - 1
     noise = torch.randn(len(probes.PAIRS), 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     features = torch.cat([polarity, noise], 1)
-    summary = probes.probe_summary(features, k=32, shuffles=3)
-    assert summary["mean"] == summary["low"] == summary["high"] == summary["mean at k_large"] == 1.0
+    assert probes.probe_accuracy(features, 32) == 1.0
     shuffled = [probes.probe_accuracy(features, 32, polarity=probes.shuffled_polarity(s)) for s in range(3)]
-    assert summary["shuffled"] == sum(shuffled) / 3 < 0.9
+    assert probes.shuffled_accuracy(features, 32, shuffles=3) == sum(shuffled) / 3 < 0.9
+
+
+def test_untrained_scores_are_one_per_initialisation_and_depend_on_it():
+    from lib.recipes import comparison
+    from lib.trainers.comparison import build_model
+    build = lambda: build_model(comparison.run_config("gpt"))      # the word-level network of section 04
+    scores = probes.untrained_scores(build, "causal", ("mean", "last"), range(3), k=8)
+    again = probes.untrained_scores(build, "causal", ("last",), [1], k=8)
+    assert [len(v) for v in scores.values()] == [3, 3] and again["last"] == scores["last"][1:2]
+    assert len(set(scores["last"])) > 1      # another initialisation, another network, another score
+
+
+def test_ranking_auc_and_its_null_range():
+    assert protocols.ranking_auc([2.0, 3.0], [1.0]) == 1.0 and protocols.ranking_auc([1.0], [2.0, 3.0]) == 0.0
+    low, high = protocols.auc_null_range(43, 55)
+    assert 0.3 < low < 0.5 < high < 0.7 and protocols.auc_null_range(43, 55) == (low, high)
+    with pytest.raises(ValueError, match="at least one"):
+        protocols.ranking_auc([], [1.0])
 
 
 def test_ratings_by_connective_counts_each_review_once(monkeypatch):
@@ -252,3 +269,29 @@ def test_bad_requests_say_what_is_wrong():
     for flags in (["--all"], ["--sample", "2"]):                           # a flag without its mode
         with pytest.raises(SystemExit):
             recipes_cli.main(flags)
+
+
+def test_a_fill_that_ignores_the_context_scores_the_share_of_its_polarity_among_adjectives():
+    reviews = protocols.new_reviews(40)
+    fixed = TOKENIZER["fresh"]                       # a positive food adjective, whatever the review says
+    def ask(ids, slots):
+        logits = torch.zeros(len(ids), len(TOKENIZER))
+        logits[:, TOKENIZER["review"]] = 9.0         # the whole-vocabulary argmax is not an adjective at all
+        logits[:, fixed] = 5.0
+        return logits
+    fill = capabilities._adjective_fills(reviews, ask)
+    positive = sum(world.FOOD_ADJECTIVES[r.split(" was ")[1].split()[0]] for r in reviews) / len(reviews)
+    assert fill["right_polarity"] == 0.0 and fill["food_adjective"] == 0.0
+    assert fill["right_polarity_among_adjectives"] == positive and fill["fills_among_adjectives"]["fresh"] == 40
+
+
+def test_masked_lm_errors_are_counted_by_the_corrupted_words(monkeypatch):
+    reviews = protocols.new_reviews(30)
+    config = ex.run_config("bert")
+    monkeypatch.setattr(protocols, "training_format_predictions", lambda model, objective, lines: ["ok"] * len(lines))
+    counts = protocols.masked_lm_errors_by_corruption(None, config, reviews)
+    assert counts.total() == 30
+    assert sum(n for (_, right), n in counts.items() if right) == sum(protocols.true_rating(r) == "ok" for r in reviews)
+    assert any(words for words, _ in counts)           # 15 % masking corrupts one of the three words sometimes
+    with pytest.raises(ValueError, match="only a masked LM"):
+        protocols.masked_lm_errors_by_corruption(None, ex.run_config("t5_span"), reviews)

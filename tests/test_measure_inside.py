@@ -117,3 +117,56 @@ def test_ablation_measurements_measure_each_setting_once(monkeypatch):
     measure(layer_1="no MLP")
     assert measured == ["WithMask(causal, zero_positions=False, attention_off=(), mlp_off=())",
                         "WithMask(causal, zero_positions=False, attention_off=(), mlp_off=(1,))"]
+
+
+def test_head_and_per_layer_mask_ablations_do_what_they_say():
+    from lib.measure.ablations import ablate
+    model, idx = seeded_model(), torch.randint(44, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for p in model.parameters():          # non-zero biases, so a head ablation must not touch them
+            p.add_(0.01)
+        every_head = ablate(model, heads_off=[(1, h) for h in range(4)])(idx)
+        layer_off = ablate(model, attention_off=[1])(idx)
+        proj_bias = model.blocks[1].attn.proj.bias
+        # all four heads off = the layer's attention off, except its output bias, which is still written
+        assert not torch.allclose(every_head, layer_off)
+        model.blocks[1].attn.proj.bias.zero_()
+        assert torch.allclose(ablate(model, heads_off=[(1, h) for h in range(4)])(idx), ablate(model, attention_off=[1])(idx))
+        one = ablate(model, heads_off=[(0, 2)])
+        assert not torch.allclose(one(idx), ablate(model)(idx)) and float(model.blocks[0].attn.proj.weight.abs().min()) > 0
+        assert torch.equal(ablate(model, mask=("causal", "causal"))(idx), ablate(model)(idx))
+        assert torch.equal(ablate(model, mask=("bidirectional",) * 2)(idx), ablate(model, mask="bidirectional")(idx))
+        mixed = ablate(model, mask=("bidirectional", "causal"))(idx)
+        assert not torch.equal(mixed, ablate(model)(idx)) and not torch.equal(mixed, ablate(model, mask="bidirectional")(idx))
+        mean = ablate(model, mean_positions=True).model.wpe.weight
+        assert torch.allclose(mean, model.wpe.weight.mean(0).expand_as(mean))
+    import pytest
+    with pytest.raises(ValueError, match="no head"):
+        ablate(model, heads_off=[(2, 0)])
+    with pytest.raises(ValueError, match="unknown mask"):
+        ablate(model, mask=("causal",) * 3)
+    with pytest.raises(ValueError, match="unknown positions"):
+        inside.ablated(model, positions="shuffled")
+
+
+def test_initial_gradients_put_post_ln_below_pre_ln_under_the_books_init_and_above_under_xavier():
+    windows = torch.randint(44, (4, 33), generator=torch.Generator().manual_seed(0))
+    book, xavier = (inside.initial_gradients(6, init, windows) for init in inside.INITS)
+    assert book["post-LN"] < 0.5 * book["pre-LN"] and xavier["post-LN"] > xavier["pre-LN"]
+    assert inside.initial_gradients(6, "book", windows) == book          # seeded: the same networks again
+
+
+def test_bits_after_a_marker_count_only_the_answer():
+    class KnowsTheQuestion(nn.Module):
+        """Certain of every character up to '=' (it has seen the question), uniform after it."""
+        def forward(self, ids):
+            logits = torch.zeros(*ids.shape, len(CHARS))
+            for b, row in enumerate(ids.tolist()):
+                text = CHARS.decode(row)
+                for t in range(len(row) - 1):
+                    if t < text.index("=", 1):
+                        logits[b, t, row[t + 1]] = 100.0
+            return logits
+    lines = ["12+34=46.", "50+50=100."]
+    assert abs(evals.bits_per_char(KnowsTheQuestion(), lines, after="=") - math.log2(len(CHARS))) < 1e-6
+    assert evals.bits_per_char(KnowsTheQuestion(), lines) < math.log2(len(CHARS)) * 0.6

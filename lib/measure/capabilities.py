@@ -1,7 +1,8 @@
 """What each model can do besides the rating: the capability table of section 04.
 
 - `adjective_fill`: hide the food adjective, take the argmax in one step (the slot protocol of
-  `lib.protocols`): is it a food adjective, and of the polarity the rest of the review demands?
+  `lib.protocols`): is it a food adjective, and of the polarity the rest of the review demands?  And
+  the same polarity question with the argmax among the 16 food adjectives only.
 - `candidate_scoring`: put each of the 16 food adjectives in, score every whole line, keep the best.
 - `generate_lines`: sample lines from nothing; `lib.evals.line_quality` says how many are valid and true.
 - `objective_accuracy`: argmax accuracy on the model's own training objective, on held-out reviews.
@@ -31,14 +32,21 @@ ADJECTIVE_IDS = {TOKENIZER[a]: positive for a, positive in world.FOOD_ADJECTIVES
 
 def _adjective_fills(reviews: list, ask) -> dict:
     """The food adjective of each review filled in one step, ask(ids, slots) -> logits (N, V): the share of
-    fills that are food adjectives, that also have the polarity the rest of the review demands, and the fills."""
+    fills (argmax over the whole vocabulary) that are food adjectives, that also have the polarity the rest of
+    the review demands, the same polarity share with the argmax taken among the 16 food adjectives only (a
+    model that fills some other word still says which adjective it prefers), and the fills of both kinds."""
     ids = [line_ids(r) for r in reviews]
     slots = [review_slots(s)["food_adjective"] for s in ids]
-    fills = ask(ids, slots).argmax(-1).tolist()
+    logits = ask(ids, slots)
+    fills = logits.argmax(-1).tolist()
+    candidates = list(ADJECTIVE_IDS)
+    among = [candidates[i] for i in logits[:, candidates].argmax(-1).tolist()]
     wanted = [ADJECTIVE_IDS[s[i]] for s, i in zip(ids, slots)]
     return {"food_adjective": sum(f in ADJECTIVE_IDS for f in fills) / len(fills),
             "right_polarity": sum(ADJECTIVE_IDS.get(f) == w for f, w in zip(fills, wanted)) / len(fills),
-            "fills": Counter(TOKENIZER.vocab[f] for f in fills)}
+            "right_polarity_among_adjectives": sum(ADJECTIVE_IDS[f] == w for f, w in zip(among, wanted)) / len(fills),
+            "fills": Counter(TOKENIZER.vocab[f] for f in fills),
+            "fills_among_adjectives": Counter(TOKENIZER.vocab[f] for f in among)}
 
 
 def adjective_fill(model, kind: str, reviews: list) -> dict:
@@ -167,7 +175,8 @@ def capability_row(model, kind: str, objective: dict, make_batch, reviews: list,
     row = {"rating: shared": rating_accuracy(model, kind, reviews),
            "rating: training format": trained_format["rating"],
            "fill polarity: shared": fill["right_polarity"],
-           "fill polarity: training format": trained_format["fill: right polarity"]}
+           "fill polarity: training format": trained_format["fill: right polarity"],
+           "fill polarity: 16 adjectives": fill["right_polarity_among_adjectives"]}
     if candidates:
         row["16 candidates, whole line"] = candidate_scoring(model, kind, reviews)
     lines = generate_lines(model, kind, len(reviews), seed=0) if generation else []

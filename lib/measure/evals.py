@@ -58,12 +58,26 @@ def batches_by_length(lines: list):
         yield line_batch(by_length[length], CHARS)
 
 
-def bits_per_char(model, lines: list = None) -> float:
+def bits_per_char(model, lines: list = None, after: str = None) -> float:
     """Mean next-character cross-entropy in bits over lines (default: the validation set), each line
-    scored on its own after a newline, its closing newline included."""
+    scored on its own after a newline, its closing newline included.  With `after` (e.g. "=" for an
+    addition), only the characters after its first occurrence in each line count: the answer, not the
+    question.
+
+    >>> class Uniform(torch.nn.Module):
+    ...     def forward(self, ids): return torch.zeros(*ids.shape, len(CHARS))
+    >>> round(bits_per_char(Uniform(), ["12+34=46."], after="="), 3) == round(math.log2(len(CHARS)), 3)
+    True
+    """
     lines = world.load_text("val").splitlines() if lines is None else lines
+    if after is not None and not all(after in line for line in lines):
+        raise ValueError(f"every line must contain {after!r} when after={after!r}")
     nats = count = 0.0
     for ids, weights in batches_by_length(lines):
+        if after is not None:   # target j is character j of the line (j = len(line): the closing newline)
+            texts = [CHARS.decode(row[1:-1].tolist()) for row in ids]
+            starts = torch.tensor([text.index(after) + len(after) for text in texts])
+            weights = weights * (torch.arange(weights.shape[1])[None] >= starts[:, None])
         nats += float((token_losses(model, ids) * weights).sum())
         count += float(weights.sum())
     return nats / count / math.log(2)

@@ -13,7 +13,8 @@ import torch
 
 from lib.measure import answers, evals
 from lib.measure.ablations import ablate
-from lib.nn.models import split_heads
+from lib.nn.models import ModelConfig, TinyGPT, split_heads
+from lib.nn.post_ln import PostLNGPT
 from lib.objectives.batches import next_token_loss
 
 
@@ -105,9 +106,13 @@ FULL = "attention + MLP"
 LAYER_SETTINGS = {FULL: (), "no attention": ("attention_off",), "no MLP": ("mlp_off",)}   # what each switches off
 
 
+POSITIONS = ("learned", "zeroed", "mean")
+
+
 def ablated(model, positions="learned", layer_0=FULL, layer_1=FULL, mask="causal"):
-    """A copy of the two-layer `model` (`ablations.ablate`) with parts switched off by name: positions "learned"
-    or "zeroed", each layer one of LAYER_SETTINGS, mask "causal" or "bidirectional".
+    """A copy of the two-layer `model` (`ablations.ablate`) with parts switched off by name: positions "learned",
+    "zeroed" or "mean" (every row replaced by their mean), each layer one of LAYER_SETTINGS, mask "causal" or
+    "bidirectional" (or a tuple of one per layer).
 
     >>> from lib.nn.models import TinyGPT
     >>> ablated(TinyGPT(), layer_1="no MLP", mask="bidirectional")
@@ -117,7 +122,9 @@ def ablated(model, positions="learned", layer_0=FULL, layer_1=FULL, mask="causal
     for layer, setting in enumerate([layer_0, layer_1]):
         for what in LAYER_SETTINGS[setting]:
             off[what].append(layer)
-    return ablate(model, zero_positions=positions == "zeroed", mask=mask, **off)
+    if positions not in POSITIONS:
+        raise ValueError(f"unknown positions {positions!r}; choose one of {POSITIONS}")
+    return ablate(model, zero_positions=positions == "zeroed", mean_positions=positions == "mean", mask=mask, **off)
 
 
 def ablation_measurements(model):
@@ -136,3 +143,30 @@ def ablation_measurements(model):
         return results[key]
 
     return measure
+
+
+INITS = ("book", "xavier")
+
+
+def initial_gradients(n_layers: int, init: str, windows, seed: int = 0) -> dict:
+    """{"pre-LN", "post-LN"}: the norm of the next-token loss's gradient over the last block's parameters
+    (`block_writes`) at initialisation, for a TinyGPT of `n_layers` layers and its post-LN twin with the very
+    same weights.  init "book": the book's N(0, 0.02) (`models.init_weights`); "xavier": every linear layer
+    Xavier-normal with zero bias and the embeddings N(0, 1), the setting of Xiong et al. (2020)."""
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; choose one of {INITS}")
+    config = ModelConfig(n_layers=n_layers)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        pre = TinyGPT(config)
+        if init == "xavier":
+            with torch.no_grad():
+                for module in pre.modules():
+                    if isinstance(module, torch.nn.Linear):
+                        torch.nn.init.xavier_normal_(module.weight)
+                        torch.nn.init.zeros_(module.bias)
+                    elif isinstance(module, torch.nn.Embedding):
+                        torch.nn.init.normal_(module.weight)
+    post = PostLNGPT(config)
+    post.load_state_dict({k: v for k, v in pre.state_dict().items() if not k.startswith("ln_f.")})
+    return {name: block_writes(m, windows)[-1]["gradient"] for name, m in (("pre-LN", pre), ("post-LN", post))}

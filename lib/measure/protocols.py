@@ -132,6 +132,42 @@ def ratings_by_connective(model, kind: str, reviews: list) -> Counter:
                    for review, said in zip(reviews, predicted))
 
 
+def rating_margin_auc(model, kind: str, reviews: list) -> float:
+    """How well the shared protocol's margin logit(good) - logit(bad) ranks the "and" reviews whose true
+    rating is good above those whose rating is bad (`ranking_auc`): argmax accuracy says only which word
+    wins; a model that answers ok to everything can still order good and bad correctly (AUC near 1), not
+    at all (0.5), or in reverse (near 0)."""
+    ids = [line_ids(r) for r in reviews]
+    logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])
+    margin = (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()
+    truths = [true_rating(r) for r in reviews]
+    return ranking_auc([m for m, t in zip(margin, truths) if t == "good"],
+                       [m for m, t in zip(margin, truths) if t == "bad"])
+
+
+def ranking_auc(positive: list, negative: list) -> float:
+    """The chance that a random positive scores above a random negative, ties counting one half (the area
+    under the ROC curve, Mann-Whitney).
+
+    >>> ranking_auc([3, 2], [1, 0]), ranking_auc([0, 1], [2, 3]), ranking_auc([1, 1], [1, 1])
+    (1.0, 0.0, 0.5)
+    """
+    if not positive or not negative:
+        raise ValueError("ranking_auc needs at least one positive and one negative score")
+    p, n = torch.tensor(positive, dtype=torch.float64)[:, None], torch.tensor(negative, dtype=torch.float64)[None]
+    return float((p > n).double().mean() + 0.5 * (p == n).double().mean())
+
+
+def auc_null_range(n_positive: int, n_negative: int, share: float = 0.95, draws: int = 2000, seed: int = 0) -> tuple:
+    """(low, high): the range that holds the middle `share` of AUCs when the scores carry no information
+    (the labels of n_positive + n_negative distinct scores shuffled `draws` times)."""
+    g = torch.Generator().manual_seed(seed)
+    aucs = sorted(ranking_auc(order[:n_positive].tolist(), order[n_positive:].tolist())
+                  for order in (torch.randperm(n_positive + n_negative, generator=g) for _ in range(draws)))
+    cut = (1 - share) / 2
+    return aucs[round(cut * (draws - 1))], aucs[round((1 - cut) * (draws - 1))]
+
+
 def true_rating(review: str) -> str:
     return review.rsplit(" ", 1)[1].rstrip(".")
 
@@ -228,13 +264,18 @@ def training_format_example(ids: list, slot: int, objective: dict, generator):
     return source, [BOS] + target[:at]
 
 
+def training_format_examples(objective: dict, sequences: list, slots: list, seed: int = EVAL_SEED) -> list:
+    """`training_format_example` for every (sequence, slot), one draw each from a generator seeded with `seed`
+    (the draws `training_format_logits` asks)."""
+    g = torch.Generator().manual_seed(seed)
+    return [training_format_example(seq, s, objective, g) for seq, s in zip(sequences, slots)]
+
+
 @torch.no_grad()
 def training_format_logits(model, objective: dict, sequences: list, slots: list, seed: int = EVAL_SEED):
-    """(N, V): each slot asked as a training example of `objective` (`training_format_example`), one draw
-    per question from a generator seeded with `seed`."""
+    """(N, V): each slot asked as a training example of `objective` (`training_format_examples`)."""
     check_kind(objective["kind"])
-    g = torch.Generator().manual_seed(seed)
-    examples = [training_format_example(seq, s, objective, g) for seq, s in zip(sequences, slots)]
+    examples = training_format_examples(objective, sequences, slots, seed)
     rows = torch.arange(len(examples))
     if objective["kind"] == "encoder-decoder":
         sources, decoder_inputs = zip(*examples)
@@ -251,10 +292,34 @@ def training_format_logits(model, objective: dict, sequences: list, slots: list,
     return model(ids, hide_padding(masks, is_pad))[rows, torch.tensor([len(i) - 1 for i in inputs])]
 
 
-def training_format_accuracy(model, objective: dict, reviews: list) -> float:
-    """Rating accuracy with every review asked as a training example of the model's own objective
+def training_format_predictions(model, objective: dict, reviews: list) -> list:
+    """The rating word each review gets when asked as a training example of the model's own objective
     (`training_format_logits`), argmax over good / ok / bad."""
     ids = [line_ids(r) for r in reviews]
     logits = training_format_logits(model, objective, ids, [review_slots(s)["rating"] for s in ids])[:, RATING_IDS]
-    predicted = [world.RATINGS[i] for i in logits.argmax(-1).tolist()]
+    return [world.RATINGS[i] for i in logits.argmax(-1).tolist()]
+
+
+def training_format_accuracy(model, objective: dict, reviews: list) -> float:
+    """Share of reviews whose rating `training_format_predictions` gets right."""
+    predicted = training_format_predictions(model, objective, reviews)
     return sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews)
+
+
+def masked_lm_errors_by_corruption(model, objective: dict, reviews: list) -> Counter:
+    """Counter {(words corrupted, right?): reviews} of a masked LM's training-format rating: which of the three
+    words that decide the rating (food adjective, connective, service adjective) the question's own 15 % draw
+    masked or replaced (a selected word kept as it is counts as not corrupted)."""
+    if objective["objective"] != "masked LM":
+        raise ValueError(f"only a masked LM's training-format question corrupts other words in place, "
+                         f"not {objective['objective']!r}")
+    ids = [line_ids(r) for r in reviews]
+    slots = [review_slots(s) for s in ids]
+    inputs = [x for x, _ in training_format_examples(objective, ids, [s["rating"] for s in slots])]
+    predicted = training_format_predictions(model, objective, reviews)
+    out = Counter()
+    for seq, seen, slot, said, review in zip(ids, inputs, slots, predicted, reviews):
+        roles = {"food adjective": slot["food_adjective"], "connective": slot["food_adjective"] + 1,
+                 "service adjective": slot["rating"] - 4}
+        out[tuple(name for name, i in roles.items() if seen[i] != seq[i]), said == true_rating(review)] += 1
+    return out

@@ -191,13 +191,17 @@ class MaskedTransformer(nn.Module):
         init_weights(self, config.n_layers)
 
     def _stream(self, idx, mask, return_attention):
-        """(the residual stream after the final LayerNorm (B, T, d), attention weights or Nones per layer)."""
+        """(the residual stream after the final LayerNorm (B, T, d), attention weights or Nones per layer).
+        `mask` is one mask for every layer, or a list of one per layer (an ablation in section 02)."""
         check_ids(idx, self.config)
         B, T = idx.shape
-        mask = check_mask(mask, B, T, T)
+        masks = list(mask) if isinstance(mask, (list, tuple)) else [mask] * len(self.blocks)
+        if len(masks) != len(self.blocks):
+            raise ValueError(f"one mask per layer: {len(self.blocks)} layers, got {len(masks)} masks")
+        masks = [check_mask(m, B, T, T) for m in masks]
         x = self.wte(idx) + self.wpe(torch.arange(T))          # (B, T, d): the residual stream
         attention = []
-        for block in self.blocks:
+        for block, mask in zip(self.blocks, masks):
             x, weights = block(x, mask, return_attention)
             attention.append(weights)
         return self.ln_f(x), attention

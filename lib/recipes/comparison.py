@@ -1,7 +1,7 @@
 """Section 04's controlled comparison: five architecture + objective recipes (two of them T5), same compute.
 
     recipes.load(run_name("t5_span", seed=1))     # "compare_t5_span_seed1"
-    run_config("bert", mlm_rate=0.40)             # exercise 8's BERT
+    run_config("bert", mlm_rate=0.40)             # exercise 4.1's BERT
 
 Every recipe trains on the training reviews only, 32 windows of about 32
 positions per step, for the same number of steps, with the same learning-rate
@@ -18,7 +18,7 @@ schedule and seed; only the objective (and the architecture it needs) differs
 T5's two are the objectives of Raffel et al.: its baseline (each token noise
 with probability 0.15, adjacent noise tokens merged into one span) and its
 final choice (span corruption, mean span length 3).  Each recipe over three
-seeds; exercise 8 (BERT masking 40 %) and exercise 9 (T5 spans for 6,000
+seeds; exercise 4.1 (BERT masking 40 %) and exercise 4.2 (T5 spans for 6,000
 steps) over three seeds too, and T5 (spans) at peak learning rates 1e-3 and
 1e-2 (three seeds each): is T5 slow because 3e-3 does not suit it?
 """
@@ -121,7 +121,7 @@ def run(recipe: str, steps: int = STEPS, mlm_rate: float = MLM_RATE, seed: int =
 
 
 def runs() -> list:
-    """The five recipes over three seeds, exercise 8 (BERT masking 40 %), exercise 9 (T5 spans, 6,000 steps) and
+    """The five recipes over three seeds, exercise 4.1 (BERT masking 40 %), exercise 4.2 (T5 spans, 6,000 steps) and
     T5 (spans) at the other peak learning rates."""
     return ([run(r, seed=seed) for seed in SEEDS for r in RECIPES]
             + [run("bert", mlm_rate=0.40, seed=seed) for seed in SEEDS]
