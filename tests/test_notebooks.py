@@ -36,7 +36,8 @@ SOURCE = re.compile(r"〔[^〕]*〕")
 CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]*)`")
 BIB_ENTRY = re.compile(r"^\s*@(\w+)\s*\{\s*([^,\s]+)\s*,", re.M)
 NOT_PROSE = [re.compile(r"```.*?```", re.S), re.compile(r"\$\$.*?\$\$", re.S)] + [re.compile(p, re.M) for p in (
-    r"`[^`]*`", r"\$[^$]*\$", r"^#+ .*$", r"^\s*(?:\d+\.|[-*])\s", r"\]\([^)]*\)", r"<[^>]*>")]
+    r"`[^`]*`", r"\$[^$]*\$", r"^#+ .*$", r"^\s*(?:\d+\.|[-*])\s", r"\]\([^)]*\)", r"<[^>]*>",
+    r"(?:练习|[Ee]xercises?)\s*\d+\.\d+")]  # an exercise's number ("练习 4.1") is a label, not a figure
 # A Markdown table and the line above it (blank lines between are allowed): the caption, when it is not a row.
 TABLE = re.compile(r"^(?P<caption>[ \t]*[^\s|][^\n]*)\n(?:[ \t]*\n)*(?P<rows>(?:[ \t]*\|[^\n]*(?:\n|$))+)", re.M)
 LIB_NAME = re.compile(r"`(lib[./][\w./]*\w)`")
