@@ -18,7 +18,7 @@ def two_spans(windows, generator):
 
 def test_counts_of_a_stack_batch():
     batch = ob.lm_batch(torch.tensor([[A, B, C, D, E]] * 2))           # 2 windows: 4 positions each, all targets
-    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 8, "rating_targets": 0}
+    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 8, "padded": 8, "rating_targets": 0}
     # "rating : good ." : the next token after ":" is a rating, once per window
     R, COLON, GOOD = (TOKENIZER[w] for w in ("rating", ":", "good"))
     batch = ob.lm_batch(torch.tensor([[R, COLON, GOOD, E]] * 3))
@@ -28,12 +28,17 @@ def test_counts_of_a_stack_batch():
 def test_counts_of_an_encoder_decoder_batch():
     # source: the <mask> soup ., target: the soup was tasty . (BART: two words hidden behind one <mask>)
     batch = ob.encoder_decoder_batch([[A, MASK, B, E]], [[A, B, C, D, E]], [[False] * 5])
-    assert batch_stats.batch_counts(batch) == {"positions": 9, "loss": 5, "rating_targets": 0, "sentinels": 0,
+    assert batch_stats.batch_counts(batch) == {"positions": 9, "loss": 5, "padded": 9, "rating_targets": 0, "sentinels": 0,
                                                "content": 5, "source_unmasked": 3}
     # T5: the soup <0> tasty . -> <0> was <1>: two sentinel targets, one hidden word
     batch = ob.encoder_decoder_batch(*zip(ob.corrupt_spans([A, B, C, D, E], [(2, 3)])))
-    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 3, "rating_targets": 0, "sentinels": 2,
-                                               "content": 1, "source_unmasked": 5}
+    assert batch_stats.batch_counts(batch) == {"positions": 8, "loss": 3, "padded": 8, "rating_targets": 0,
+                                               "sentinels": 2, "content": 1, "source_unmasked": 5}
+    # two examples of different lengths: the shorter is padded to the longer on both sides of the model
+    batch = ob.encoder_decoder_batch(*zip(ob.corrupt_spans([A, B, C, D, E], [(2, 3)]),
+                                          ob.corrupt_spans([A, B, C, D, E, A, B], [(1, 4)])))
+    counts = batch_stats.batch_counts(batch)                  # sources 5 and 5, targets 3 and 5 (<0> soup was tasty <1>)
+    assert (counts["positions"], counts["padded"]) == (18, 20)
 
 
 def test_totals_sum_the_training_batches():

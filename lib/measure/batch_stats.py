@@ -94,12 +94,15 @@ def rating_hiding(make_batch, stream, window: int, batch_size: int, batches: int
 
 
 def batch_counts(batch) -> Counter:
-    """One batch's counts: positions processed (padding excluded), loss positions, and where the batch has them,
+    """One batch's counts: positions processed (padding excluded), the padded tensor positions the model runs
+    (`padded`: source plus decoder input for an encoder-decoder), loss positions, and where the batch has them,
     rating targets (loss positions whose target is good, ok or bad: a prediction of a review's rating),
     sentinel and content targets, ELECTRA's selected and replaced positions, and the source tokens that are
     neither padding nor <mask> (BART: the loss positions minus these are the words the encoder cannot see)."""
     counts = Counter(positions=batch.positions if hasattr(batch, "positions") else int(batch.loss_mask.numel()),
-                     loss=int(batch.loss_mask.sum()))
+                     loss=int(batch.loss_mask.sum()),
+                     padded=int(batch.source.numel() + batch.decoder_input.numel()) if hasattr(batch, "source")
+                     else int(batch.loss_mask.numel()))
     if hasattr(batch, "targets"):
         counts.update(rating_targets=int((batch.loss_mask & torch.isin(batch.targets, torch.tensor(RATING_IDS))).sum()))
     if hasattr(batch, "is_sentinel"):
