@@ -113,7 +113,11 @@ def test_fit_is_the_only_training_loop(tmp_path):
     shutil.copytree(LIB, tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
     with open(tmp_path / "lib" / "trainers" / "comparison.py", "a") as f:
         f.write("\ndef my_loop(model, optimizer, loss):\n    loss.backward()\n    optimizer.step()\n")
-    assert ("trainers.comparison", "my_loop") in training_steps(tmp_path / "lib")
+    # a second copy of step_flops (§04's and §05's once had one each) is a new entry too, not an allowed one
+    with open(tmp_path / "lib" / "trainers" / "electra.py", "a") as f:
+        f.write("\ndef step_flops(model, get_batch, loss_fn):\n    loss_fn(model, get_batch()).backward()\n")
+    found = training_steps(tmp_path / "lib")
+    assert ("trainers.comparison", "my_loop") in found and ("trainers.electra", "step_flops") in found
 
 
 def test_every_trainer_declares_a_version():
