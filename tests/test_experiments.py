@@ -310,6 +310,15 @@ def test_ranking_auc_and_its_null_range():
         protocols.ranking_auc([], [1.0])
 
 
+def test_untrained_margin_aucs_are_one_per_initialisation():
+    build = lambda: trainer.build_model(ex.run_config("t5_span"))
+    aucs = protocols.untrained_margin_aucs(build, "encoder-decoder", REVIEWS, range(3))
+    assert aucs[1:] == protocols.untrained_margin_aucs(build, "encoder-decoder", REVIEWS, [1, 2])
+    assert len(set(aucs)) == 3                       # another initialisation, another network, another ranking
+    torch.manual_seed(1)                             # the seed, not the RNG's state, decides the network
+    assert protocols.untrained_margin_aucs(build, "encoder-decoder", REVIEWS, [0]) == aucs[:1]
+
+
 def test_ratings_by_connective_counts_each_review_once(monkeypatch):
     reviews = protocols.new_reviews(12)
     said = ["ok", "good", "bad"] * 4

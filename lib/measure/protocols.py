@@ -39,6 +39,7 @@ import torch
 
 from lib.objectives import batches
 from lib.data import world
+from lib.data.seeding import seed_everything
 from lib.nn.masks import check_kind, encoder_decoder_masks, for_kind, hide_padding
 from lib.objectives.batches import pad
 from lib.data.tokenizers import BOS, MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
@@ -143,6 +144,18 @@ def rating_margin_auc(model, kind: str, reviews: list) -> float:
     truths = [true_rating(r) for r in reviews]
     return ranking_auc([m for m, t in zip(margin, truths) if t == "good"],
                        [m for m, t in zip(margin, truths) if t == "bad"])
+
+
+def untrained_margin_aucs(build, kind: str, reviews: list, inits) -> list:
+    """`rating_margin_auc` of untrained networks, one per seed in `inits` (`build()` draws from the global RNG).
+    The control for a trained model's AUC: the "and" reviews share a handful of adjectives, so a random
+    network's margin is a fixed function of which adjectives a review has, and its AUC strays from 0.5 much
+    further than a shuffle of the labels does (`auc_null_range`)."""
+    aucs = []
+    for seed in inits:
+        seed_everything(seed)
+        aucs.append(rating_margin_auc(build().eval(), kind, reviews))
+    return aucs
 
 
 def ranking_auc(positive: list, negative: list) -> float:
