@@ -48,8 +48,11 @@ def test_training_logs_every_steps_loss_and_stream_length_and_is_deterministic()
 def test_the_grid_is_complete_and_the_four_head_runs_are_the_base_models():
     names = [r.name for r in tv.runs()]
     grid = len(tv.PLACEMENTS) * len(tv.WARMUPS) * len(tv.LEARNING_RATES) * len(SEEDS)
-    assert len(names) == len(set(names)) == grid + 2 * len(SEEDS)      # + the GRU and one head, three seeds each
+    # + the GRU, one head and one head for twice the steps, three seeds each
+    assert len(names) == len(set(names)) == grid + 3 * len(SEEDS)
     assert tv.heads_run(4, 0).name == "base" and tv.heads_run(4, 2).name == "base_seed2"
     assert tv.heads_run(1, 1).config["model"]["n_heads"] == 1
+    long = tv.heads_run(1, 2, steps=12000)
+    assert (long.name, long.config["steps"]) == ("heads1_steps12000_seed2", 12000)
     pre, post = tv.layernorm_run("pre", 0, 1e-2, 1), tv.layernorm_run("post", 0, 1e-2, 1)
     assert {k for k in pre.config if pre.config[k] != post.config[k]} == {"network"}

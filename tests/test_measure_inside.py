@@ -151,8 +151,10 @@ def test_head_and_per_layer_mask_ablations_do_what_they_say():
 
 def test_initial_gradients_put_post_ln_below_pre_ln_under_the_books_init_and_above_under_xavier():
     windows = torch.randint(44, (4, 33), generator=torch.Generator().manual_seed(0))
-    book, xavier = (inside.initial_gradients(6, init, windows) for init in inside.INITS)
+    book, xavier, unit = (inside.initial_gradients(6, init, windows)
+                          for init in ("book", "xavier", "book, N(0, 1) embeddings"))
     assert book["post-LN"] < 0.5 * book["pre-LN"] and xavier["post-LN"] > xavier["pre-LN"]
+    assert unit["post-LN"] > unit["pre-LN"]          # the embeddings' scale alone turns the order round
     assert inside.initial_gradients(6, "book", windows) == book          # seeded: the same networks again
 
 

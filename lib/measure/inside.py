@@ -145,28 +145,32 @@ def ablation_measurements(model):
     return measure
 
 
-INITS = ("book", "xavier")
+# Initialisations for `initial_gradients`: (linear layers, embedding std).  "book" linear layers: N(0, 0.02) with the
+# residual projections shrunk by sqrt(2L) (`models.init_weights`); "xavier": Xavier-normal, zero bias.  Xiong et al.
+# (2020) analyse Xavier layers with N(0, 1) embeddings; the two mixed settings tell the layers' part from the
+# embeddings'.
+INITS = {"book": ("book", 0.02), "book, N(0, 1) embeddings": ("book", 1.0),
+         "xavier, N(0, 0.02) embeddings": ("xavier", 0.02), "xavier": ("xavier", 1.0)}
 
 
 def initial_gradients(n_layers: int, init: str, windows, seed: int = 0) -> dict:
     """{"pre-LN", "post-LN"}: the norm of the next-token loss's gradient over the last block's parameters
     (`block_writes`) at initialisation, for a TinyGPT of `n_layers` layers and its post-LN twin with the very
-    same weights.  init "book": the book's N(0, 0.02) (`models.init_weights`); "xavier": every linear layer
-    Xavier-normal with zero bias and the embeddings N(0, 1), the setting of Xiong et al. (2020)."""
+    same weights, initialised as INITS[init] says."""
     if init not in INITS:
-        raise ValueError(f"unknown init {init!r}; choose one of {INITS}")
+        raise ValueError(f"unknown init {init!r}; choose one of {tuple(INITS)}")
+    linear, embedding_std = INITS[init]
     config = ModelConfig(n_layers=n_layers)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         pre = TinyGPT(config)
-        if init == "xavier":
-            with torch.no_grad():
-                for module in pre.modules():
-                    if isinstance(module, torch.nn.Linear):
-                        torch.nn.init.xavier_normal_(module.weight)
-                        torch.nn.init.zeros_(module.bias)
-                    elif isinstance(module, torch.nn.Embedding):
-                        torch.nn.init.normal_(module.weight)
+        with torch.no_grad():       # "book" is TinyGPT's own initialisation: nothing to redraw
+            for module in (pre.modules() if init != "book" else ()):
+                if isinstance(module, torch.nn.Linear) and linear == "xavier":
+                    torch.nn.init.xavier_normal_(module.weight)
+                    torch.nn.init.zeros_(module.bias)
+                elif isinstance(module, torch.nn.Embedding):
+                    torch.nn.init.normal_(module.weight, std=embedding_std)
     post = PostLNGPT(config)
     post.load_state_dict({k: v for k, v in pre.state_dict().items() if not k.startswith("ln_f.")})
     return {name: block_writes(m, windows)[-1]["gradient"] for name, m in (("pre-LN", pre), ("post-LN", post))}
