@@ -32,6 +32,7 @@ the training stream:
     ['\\n', 'review', ':', 'the', 'soup', 'was', 'tasty']
 """
 
+import copy
 import random
 from collections import Counter
 
@@ -138,10 +139,12 @@ def rating_margin_auc(model, kind: str, reviews: list) -> float:
     rating is good above those whose rating is bad (`ranking_auc`): argmax accuracy says only which word
     wins; a model that answers ok to everything can still order good and bad correctly (AUC near 1), not
     at all (0.5), or in reverse (near 0)."""
+    # In float64: a model near "always ok" gives margins only ~1e-6 apart, the size of float32's rounding, which
+    # differs between CPU kernels; float64's (~1e-15) does not reorder them, and margins equal to 1e-9 are ties.
+    model = copy.deepcopy(model).double()
     ids = [line_ids(r) for r in reviews]
     logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])
-    # rounded to 1e-4: margins that differ only in their last bits (which differ between CPU kernels) are ties
-    margin = [round(m, 4) for m in (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()]
+    margin = [round(m, 9) for m in (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()]
     truths = [true_rating(r) for r in reviews]
     return ranking_auc([m for m, t in zip(margin, truths) if t == "good"],
                        [m for m, t in zip(margin, truths) if t == "bad"])
