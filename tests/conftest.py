@@ -1,14 +1,23 @@
-"""Prints what the prose-figure test counted (see test_notebooks.py)."""
+"""Prints what the prose-figure tests counted (see test_notebooks.py)."""
+
+
+SUMMARIES = {  # what a test module records on config, the section it is printed under, and one line per notebook
+    "book_prose_figures": ("prose figures", lambda name, checked, quoted, exempt:
+                           f"{name}: {checked} figures checked against outputs, {quoted} quoted (exempt); "
+                           f"{exempt} code cells exempt from nbval comparison"),
+    "book_anchored_figures": ("anchored prose figures", lambda name, figures, anchored, known:
+                              f"{name}: {anchored} of {figures} figures printed in their section (and row); "
+                              f"{known} known exceptions (KNOWN_UNANCHORED)"),
+}
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    rows = getattr(config, "book_prose_figures", None)
-    if not rows:
-        return
-    terminalreporter.section("prose figures")
-    for name, checked, quoted, exempt_cells in rows:
-        terminalreporter.write_line(f"{name}: {checked} figures checked against outputs, {quoted} quoted "
-                                    f"(exempt); {exempt_cells} code cells exempt from nbval comparison")
+    for attribute, (title, line) in SUMMARIES.items():
+        rows = getattr(config, attribute, None)
+        if rows:
+            terminalreporter.section(title)
+            for row in rows:
+                terminalreporter.write_line(line(*row))
 
 
 def pytest_configure(config):
