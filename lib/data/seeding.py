@@ -19,3 +19,11 @@ def seed_everything(seed: int) -> torch.Generator:
     torch.manual_seed(seed)
     torch.set_num_threads(1)  # a single thread makes float reductions run in one fixed order
     return torch.Generator().manual_seed(seed)
+
+
+def seeded_builds(build, seeds):
+    """One model per seed: `build()` (which draws from the global RNG) right after `seed_everything(seed)`, in
+    eval mode; the untrained networks that the controls of a trained model's score are drawn from."""
+    for seed in seeds:
+        seed_everything(seed)
+        yield build().eval()

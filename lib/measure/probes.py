@@ -31,7 +31,7 @@ adjective; the decoder state after `<bos> <0>`, where it starts writing what fol
 import torch
 
 from lib.data import world
-from lib.data.seeding import seed_everything
+from lib.data.seeding import seeded_builds
 from lib.nn.masks import bidirectional_mask, check_kind, for_kind, hide_padding
 from lib.objectives.batches import pad
 from lib.measure.protocols import decoder_logits
@@ -166,9 +166,7 @@ def untrained_scores(build, kind: str, readouts: tuple, inits, k: int = 32) -> d
     property of that network (where its random embeddings happen to put the 16 adjectives), so the bar a
     trained model must clear is a high percentile of many such networks, not the mean of a few."""
     scores = {readout: [] for readout in readouts}
-    for seed in inits:
-        seed_everything(seed)
-        model = build().eval()
+    for model in seeded_builds(build, inits):
         for readout in readouts:
             scores[readout].append(probe_accuracy(representations(model, kind, readout, clause_sequences()), k))
     return scores

@@ -40,7 +40,7 @@ import torch
 
 from lib.objectives import batches
 from lib.data import world
-from lib.data.seeding import seed_everything
+from lib.data.seeding import seeded_builds
 from lib.nn.masks import check_kind, encoder_decoder_masks, for_kind, hide_padding
 from lib.objectives.batches import pad
 from lib.data.tokenizers import BOS, MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
@@ -155,11 +155,7 @@ def untrained_margin_aucs(build, kind: str, reviews: list, inits) -> list:
     The control for a trained model's AUC: the "and" reviews share a handful of adjectives, so a random
     network's margin is a fixed function of which adjectives a review has, and its AUC strays from 0.5 much
     further than a shuffle of the labels does (`auc_null_range`)."""
-    aucs = []
-    for seed in inits:
-        seed_everything(seed)
-        aucs.append(rating_margin_auc(build().eval(), kind, reviews))
-    return aucs
+    return [rating_margin_auc(model, kind, reviews) for model in seeded_builds(build, inits)]
 
 
 def ranking_auc(positive: list, negative: list) -> float:
