@@ -1,4 +1,5 @@
-"""Section 05's log summaries and the discriminator-as-scorer split by connective (lib.measure.electra_evals)."""
+"""Section 05's measurements (lib.measure.electra_evals): log summaries, the scorer split by connective, the polarity
+of a masked LM, swap detection, one review's losses, the table probe."""
 
 import math
 
@@ -49,3 +50,76 @@ def test_the_scorer_split_by_connective():
     # a discriminator that likes "ok" best always answers ok: right on every "but" review, wrong on every "and"
     always_ok = scorer(lambda inputs: torch.full_like(inputs, TOKENIZER["ok"]))
     assert electra_evals.scorer_accuracy_by_connective(always_ok, lines) == {"and": 0.0, "but": 1.0}
+
+
+REVIEWS = protocols.new_reviews(60)
+
+
+def test_polarity_mass_is_one_for_a_masked_lm_that_knows_polarity_and_a_half_for_a_uniform_one():
+    from lib.data import world
+    from lib.data.tokenizers import TOKENIZER
+    ids = [protocols.line_ids(r) for r in REVIEWS]
+    slot = protocols.review_slots(ids[0])["food_adjective"]
+    truth = [world.FOOD_ADJECTIVES[TOKENIZER.vocab[i[slot]]] for i in ids]
+
+    def knowing(inputs, mask, where):                 # all its mass on the adjectives of the original's polarity
+        logits = torch.full((int(where.sum()), 400), -1e9)[:, :len(TOKENIZER.vocab)]
+        for row, polarity in enumerate(truth):
+            for a, p in world.FOOD_ADJECTIVES.items():
+                logits[row, TOKENIZER[a]] = 0.0 if p == polarity else -1e9
+        return logits
+
+    assert electra_evals.polarity_mass(knowing, REVIEWS) == pytest.approx(1.0)
+    uniform = lambda inputs, mask, where: torch.zeros(int(where.sum()), len(TOKENIZER.vocab))   # noqa: E731
+    assert electra_evals.polarity_mass(uniform, REVIEWS) == pytest.approx(0.5)
+
+
+class Judge(torch.nn.Module):
+    """A stand-in discriminator: p(replaced) high where a line is false (knows polarity), or a bias per word."""
+
+    def __init__(self, knows: bool):
+        super().__init__()
+        self.knows = knows
+
+    def replaced_logits(self, inputs, mask):
+        from lib.data import world
+        from lib.data.tokenizers import TOKENIZER
+        out = torch.zeros(inputs.shape)
+        for row, ids in enumerate(inputs.tolist()):
+            line = TOKENIZER.decode(ids).strip("\n")
+            out[row] = (-3.0 if world.check_line(line)[1] else 3.0) if self.knows else (ids[6] % 7) - 3.0
+        return out
+
+
+def test_swap_detection_tells_a_discriminator_that_knows_polarity_from_one_with_word_biases():
+    assert electra_evals.swap_detection(Judge(knows=True), REVIEWS)["auc"] == 1.0
+    assert electra_evals.swap_detection(Judge(knows=False), REVIEWS)["auc"] == pytest.approx(0.5, abs=0.02)
+
+
+def test_one_reviews_losses_add_up_with_lambda():
+    from lib.nn.electra import Electra, ElectraConfig
+    from lib.nn.models import MaskedTransformer
+    from lib.recipes import comparison, electra
+    torch.manual_seed(0)
+    model, bert = Electra(ElectraConfig(354, 32)), MaskedTransformer(comparison.MODEL)
+    ids = torch.tensor([protocols.line_ids(r) for r in REVIEWS])
+    row = electra_evals.review_losses(model, bert, ids, electra.run_config("electra_g16"), 3)
+    assert row["electra"] == pytest.approx(row["generator"] + 50 * row["discriminator"])
+    assert row["positions"] == 18 and row["selected"] >= 1
+    assert 4.0 < row["generator"] < 7.0 and 4.0 < row["bert"] < 7.0      # untrained: about ln 354 = 5.87
+
+
+def test_a_table_probe_reads_a_class_the_embeddings_encode_and_not_one_they_do_not():
+    from lib.measure import probes
+    from lib.data import world
+    from lib.data.tokenizers import TOKENIZER
+    table = torch.nn.Embedding(len(TOKENIZER.vocab), 4)
+    torch.nn.init.normal_(table.weight, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for a, p in world.FOOD_ADJECTIVES.items():
+            table.weight[TOKENIZER[a], 0] = 5.0 if p else -5.0
+    model = torch.nn.Module()
+    model.wte = table
+    assert sum(probes.table_scores(model, world.FOOD_ADJECTIVES)) / 100 > 0.98
+    shuffled = probes.table_scores(model, probes.shuffled_polarity(0))
+    assert sum(shuffled) / len(shuffled) < 0.75

@@ -4,6 +4,10 @@
     replacement_diagnosis(model, ids, config)   # generator accuracy, classes of replacements, recall per class
     scorer_accuracy(model, reviews)             # the discriminator as a zero-shot rating scorer
     probe_results(encoder, openings)            # section 04's linear probes, every readout and k
+    table_probe_results(encoder)                # the token-embedding table: polarity and word class
+    polarity_mass(mlm, reviews)                 # does a masked LM put the food adjective's polarity right?
+    swap_detection(model, reviews)              # does the discriminator tell a polarity swap from a synonym?
+    review_losses(model, bert, ids, config, i)  # one review's generator, discriminator and BERT losses
     seed_mean(logs, "electra", "recall_obvious", 2500)   # a logged value at a step, mean over the seeds
 
 A replacement is "preserving" (the line stays true), "changing" (well-formed
@@ -17,12 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from lib.data import world
-from lib.data.tokenizers import TOKENIZER
+from lib.data.seeding import seeded_builds
+from lib.data.tokenizers import MASK, TOKENIZER
 from lib.measure import probes, protocols
 from lib.measure.evals import row_at
 from lib.nn.electra import Electra
 from lib.objectives.batches import electra_batch, mlm_batch
-from lib.objectives.electra import hard_negatives
 
 PROBE_KS, PROBE_READOUTS = (32, 128), ("mean", "last")
 CLASSES = ("preserving", "changing", "obvious")
@@ -51,15 +55,12 @@ def replacement_class(ids: tuple, position: int, token: int) -> str:
 
 @torch.no_grad()
 def replaced_batch(model: Electra, ids, config: dict):
-    """(ElectraBatch, p(replaced) (B, T), the generator's logits (B, T, V)): the evaluation's fixed
-    selection, filled by the generator (a fixed sampling seed; hard negatives where the variant uses
-    them), read by the discriminator."""
+    """(ElectraBatch, p(replaced) (B, T), the generator's logits (K, V) at the K selected positions): the
+    evaluation's fixed selection, filled by the generator (a fixed sampling seed), read by the discriminator."""
     g = torch.Generator().manual_seed(protocols.EVAL_SEED)
     masked = mlm_batch(ids, g, config["mlm_rate"], config["mask_share"], config["random_share"])
-    generator_logits = model.generator_logits(masked.inputs, masked.attention_mask)
+    generator_logits = model.generator_logits(masked.inputs, masked.attention_mask, masked.loss_mask)
     batch = electra_batch(masked, generator_logits, g)
-    if config["hard_negatives"]:
-        batch = hard_negatives(batch, g, config["hard_rate"])
     return batch, torch.sigmoid(model.replaced_logits(batch.inputs, batch.attention_mask)), generator_logits
 
 
@@ -74,7 +75,7 @@ def replacement_diagnosis(model: Electra, ids, config: dict) -> dict:
     rows, columns = batch.replaced.nonzero(as_tuple=True)
     classes = [replacement_class(tuple(ids[r].tolist()), c, int(batch.inputs[r, c]))
                for r, c in zip(rows.tolist(), columns.tolist())]
-    result = {"generator_accuracy": (generator_logits.argmax(-1) == batch.originals)[batch.selected].float().mean().item(),
+    result = {"generator_accuracy": (generator_logits.argmax(-1) == batch.originals[batch.selected]).float().mean().item(),
               "discriminator_loss": F.binary_cross_entropy(p[where], batch.replaced[where].float()).item(),
               "replaced_share": (batch.replaced & batch.selected).sum().item() / batch.selected.sum().item(),
               "false_alarm": flagged[~batch.replaced].float().mean().item(),
@@ -132,6 +133,14 @@ def probe_results(encoder, openings: list) -> dict:
     return results
 
 
+def table_probe_results(encoder) -> dict:
+    """The token-embedding table probed with held-out words (`probes.table_scores`, mean of 100 draws): the
+    food adjectives' polarity and the word class (food vs service adjective)."""
+    return {f"table_{name}": sum(scores) / len(scores) for name, labels in
+            (("polarity", world.FOOD_ADJECTIVES), ("word_class", probes.WORD_CLASS))
+            for scores in [probes.table_scores(encoder, labels)]}
+
+
 @torch.no_grad()
 def examples(model: Electra, context: dict, config: dict) -> list:
     """The reviews the slider shows, as the discriminator saw them at this step: the input ids, which
@@ -159,3 +168,82 @@ def seed_mean(logs: dict, variant: str, key: str, step: int) -> float:
     """
     values = [x for x in seed_values(logs, variant, key, step) if x == x]
     return sum(values) / len(values) if values else math.nan
+
+
+def untrained_scores(build, inits) -> dict:
+    """{"probe_mean_k32", "table_polarity", "table_word_class": [one score per untrained network]}: `build()`
+    seeded with each of `inits` (`seeding.seeded_builds`), the networks a trained encoder's probes are read against."""
+    scores = {"probe_mean_k32": [], "table_polarity": [], "table_word_class": []}
+    openings = probes.clause_sequences()
+    for model in seeded_builds(build, inits):
+        features = probes.representations(model, "bidirectional", "mean", openings)
+        row = {"probe_mean_k32": probes.probe_accuracy(features, 32), **table_probe_results(model)}
+        for key in scores:
+            scores[key].append(row[key])
+    return scores
+
+
+def _food_adjective_batch(reviews: list):
+    """(ids (B, T), the bidirectional mask, the food adjective's position (B, T) bool) of `reviews`."""
+    ids = torch.tensor([protocols.line_ids(r) for r in reviews])
+    where = torch.zeros_like(ids, dtype=torch.bool)
+    where[:, protocols.review_slots(ids[0].tolist())["food_adjective"]] = True     # every review: the same slot
+    return ids, torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).expand(len(reviews), -1, -1), where
+
+
+FOOD_IDS = torch.tensor([TOKENIZER[a] for a in world.FOOD_ADJECTIVES])
+FOOD_POLARITY = torch.tensor([bool(p) for p in world.FOOD_ADJECTIVES.values()])
+
+
+@torch.no_grad()
+def polarity_mass(mlm, reviews: list) -> float:
+    """With each review's food adjective masked, the share of the probability a masked LM gives the 16 food
+    adjectives that goes to those of the right polarity (the rest of the review decides it), mean over reviews:
+    1 knows polarity, 0.5 does not.  mlm(inputs, attention_mask, where) -> (K, V) logits at `where`."""
+    ids, mask, where = _food_adjective_batch(reviews)
+    inputs = ids.masked_fill(where, MASK)
+    p = mlm(inputs, mask, where).softmax(-1)[:, FOOD_IDS]                          # (B, 16)
+    right = FOOD_POLARITY[None, :] == FOOD_POLARITY[(ids[where][:, None] == FOOD_IDS).float().argmax(-1)][:, None]
+    return ((p * right).sum(-1) / p.sum(-1)).mean().item()
+
+
+@torch.no_grad()
+def swap_detection(model: Electra, reviews: list) -> dict:
+    """The discriminator's p(replaced) at the food adjective of each review after it is swapped for each of the
+    other 15 food adjectives: 7 of the same polarity (the review stays true), 8 of the other (it turns false).
+    {"same", "other": mean p(replaced); "auc": within a review, the share of (same, other) pairs in which the
+    false one gets the higher p (ties half), averaged over the reviews, the reviews of positive and of negative
+    originals weighted equally (so a word's own bias cancels)}: 0.5 when it cannot tell a polarity swap from a synonym."""
+    ids, mask, where = _food_adjective_batch(reviews)
+    index = (ids[where][:, None] == FOOD_IDS).float().argmax(-1)                    # (B,): which food adjective
+    p = torch.empty(len(reviews), len(FOOD_IDS), dtype=torch.float64)
+    for j, word in enumerate(FOOD_IDS.tolist()):
+        p[:, j] = torch.sigmoid(model.replaced_logits(ids.masked_fill(where, word), mask))[where].double()
+    same = FOOD_POLARITY[None, :] == FOOD_POLARITY[index][:, None]                  # (B, 16)
+    same[torch.arange(len(reviews)), index] = False                                 # the original is no swap
+    other = FOOD_POLARITY[None, :] != FOOD_POLARITY[index][:, None]
+    pairs = p[:, None, :] > p[:, :, None]                                           # [b, i, j]: p_j > p_i
+    ties = p[:, None, :] == p[:, :, None]
+    weight = (same[:, :, None] & other[:, None, :]).double()                        # i same, j other
+    auc = ((pairs.double() + 0.5 * ties.double()) * weight).sum((1, 2)) / weight.sum((1, 2))
+    positive = FOOD_POLARITY[index]
+    return {"same": p[same].mean().item(), "other": p[other].mean().item(),
+            "auc": (auc[positive].mean().item() + auc[~positive].mean().item()) / 2}
+
+
+@torch.no_grad()
+def review_losses(model: Electra, bert, ids, config: dict, row: int) -> dict:
+    """One review of the evaluation batch (`replaced_batch`): the generator's loss at its selected positions,
+    the discriminator's mean binary cross-entropy over its positions, their sum with config["lambda"], and BERT's
+    loss when it reads the same positions as <mask> (its training loss would be this, averaged over a batch)."""
+    batch, p, generator_logits = replaced_batch(model, ids, config)
+    mine = batch.selected.nonzero()[:, 0] == row                                   # the row's selected positions
+    generator = F.cross_entropy(generator_logits[mine], batch.originals[row][batch.selected[row]]).item()
+    real = batch.loss_mask[row]
+    discriminator = F.binary_cross_entropy(p[row][real], batch.replaced[row][real].float()).item()
+    inputs = batch.originals[row:row + 1].masked_fill(batch.selected[row:row + 1], MASK)
+    logits = bert(inputs, batch.attention_mask[row:row + 1])[0][batch.selected[row]]
+    return {"generator": generator, "discriminator": discriminator, "lambda": config["lambda"],
+            "electra": generator + config["lambda"] * discriminator,
+            "bert": F.cross_entropy(logits, batch.originals[row][batch.selected[row]]).item(),
+            "positions": int(real.sum()), "selected": int(batch.selected[row].sum())}

@@ -37,6 +37,8 @@ from lib.objectives.batches import pad
 from lib.measure.protocols import decoder_logits
 from lib.data.tokenizers import BOS, NEWLINE_WORD, SENTINELS, TOKENIZER
 
+# a word-class probe: food adjectives (True) vs service adjectives (False)
+WORD_CLASS = {**{a: True for a in world.FOOD_ADJECTIVES}, **{a: False for a in world.SERVICE_ADJECTIVES}}
 PAIRS = [(food, adjective) for food in world.FOODS for adjective in world.FOOD_ADJECTIVES]
 LABELS = torch.tensor([float(world.FOOD_ADJECTIVES[a]) for _, a in PAIRS], dtype=torch.float64)
 READOUTS = {"causal": ("mean", "last"), "prefix": ("mean", "last"), "bidirectional": ("mean", "last"),
@@ -120,21 +122,38 @@ def probe_scores(features, k: int, repeats: int = 100, seed: int = 0, polarity: 
     polarity = world.FOOD_ADJECTIVES if polarity is None else polarity
     if sorted(polarity) != sorted(world.FOOD_ADJECTIVES) or sum(map(bool, polarity.values())) * 2 != len(polarity):
         raise ValueError("polarity must label every food adjective, half of them positive")
-    labels = torch.tensor([float(polarity[a]) for _, a in PAIRS], dtype=torch.float64)
-    adjectives = [a for _, a in PAIRS]
-    positive = [a for a, p in polarity.items() if p]
-    negative = [a for a, p in polarity.items() if not p]
+    return heldout_scores(features, [a for _, a in PAIRS], polarity, k, repeats, seed)
+
+
+def heldout_scores(features, words: list, labels: dict, k, repeats: int = 100, seed: int = 0) -> list:
+    """Test accuracy of a linear probe in each of `repeats` draws, row i of `features` being an example of
+    words[i] and labels[word] its class (True / False).  Each draw labels half of the words of each class
+    (chosen at random), gives the probe k examples drawn at random from their rows (k=None: every row of
+    them once), and tests it on every row of the other words."""
+    targets = torch.tensor([float(labels[w]) for w in words], dtype=torch.float64)
+    positive = [w for w, p in labels.items() if p]
+    negative = [w for w, p in labels.items() if not p]
     g = torch.Generator().manual_seed(seed)
     scores = []
     for _ in range(repeats):
         labelled = {positive[i] for i in torch.randperm(len(positive), generator=g)[:len(positive) // 2]}
         labelled |= {negative[i] for i in torch.randperm(len(negative), generator=g)[:len(negative) // 2]}
-        pool = torch.tensor([i for i, a in enumerate(adjectives) if a in labelled])
-        test = torch.tensor([i for i, a in enumerate(adjectives) if a not in labelled])
-        chosen = pool[torch.randint(len(pool), (k,), generator=g)]
-        predict = fit_probe(features[chosen], labels[chosen])
-        scores.append(float((predict(features[test]).double() == labels[test]).double().mean()))
+        pool = torch.tensor([i for i, w in enumerate(words) if w in labelled])
+        test = torch.tensor([i for i, w in enumerate(words) if w not in labelled])
+        chosen = pool if k is None else pool[torch.randint(len(pool), (k,), generator=g)]
+        predict = fit_probe(features[chosen], targets[chosen])
+        scores.append(float((predict(features[test]).double() == targets[test]).double().mean()))
     return scores
+
+
+def table_scores(model, labels: dict, repeats: int = 100) -> list:
+    """`heldout_scores` of the rows of a network's token-embedding table for the words of `labels`: does the
+    table itself place the held-out words of the two classes apart?  (`WORD_CLASS` or the food adjectives'
+    polarity, `world.FOOD_ADJECTIVES`.)"""
+    words = list(labels)
+    with torch.no_grad():
+        features = model.wte.weight[torch.tensor([TOKENIZER[w] for w in words])].double()
+    return heldout_scores(features, words, labels, None, repeats)
 
 
 def probe_accuracy(features, k: int, repeats: int = 100, seed: int = 0, polarity: dict = None) -> float:

@@ -106,6 +106,13 @@ def batch_loss(model, batch):
     return masked_cross_entropy(batch_logits(model, batch), batch.targets, batch.loss_mask)
 
 
+def scored_loss(model, batch: StackBatch):
+    """`batch_loss` of a single stack with the vocabulary logits computed only at the loss positions (the
+    work a step needs, as papers count FLOPs; the same value up to rounding)."""
+    h = model.hidden_states(batch.inputs, batch.attention_mask)[batch.loss_mask]          # (K, d)
+    return F.cross_entropy(h @ model.wte.weight.T, batch.targets[batch.loss_mask])
+
+
 def next_token_loss(model, windows):
     """Mean cross-entropy (nats) of predicting windows[:, 1:] from windows[:, :-1] (a TinyGPT)."""
     logits = model(windows[:, :-1])
@@ -199,12 +206,17 @@ def mlm_batch(windows, generator, rate: float = 0.15, mask_share: float = 0.8, r
 
 def electra_batch(masked: StackBatch, generator_logits, generator, temperature: float = 1.0) -> ElectraBatch:
     """ELECTRA: at the positions `masked` (an mlm_batch) selected, sample a token from the generator's
-    logits (B, T, V) computed on masked.inputs; label every position replaced or original."""
+    logits computed on masked.inputs, (K, V) at the K selected positions (or (B, T, V) at every position);
+    label every position replaced or original."""
     B, T = masked.inputs.shape
-    if tuple(generator_logits.shape) != (B, T, VOCAB_SIZE):
-        raise ValueError(f"generator logits must have shape {(B, T, VOCAB_SIZE)}, got {tuple(generator_logits.shape)}")
+    K = int(masked.loss_mask.sum())
+    if tuple(generator_logits.shape) not in ((K, VOCAB_SIZE), (B, T, VOCAB_SIZE)):
+        raise ValueError(f"generator logits must have shape {(K, VOCAB_SIZE)} (the selected positions) or "
+                         f"{(B, T, VOCAB_SIZE)}, got {tuple(generator_logits.shape)}")
+    if generator_logits.dim() == 3:
+        generator_logits = generator_logits[masked.loss_mask]
     _check_share("temperature", temperature, high=math.inf)
-    logits = generator_logits.detach().float()[masked.loss_mask] / temperature    # (K, V)
+    logits = generator_logits.detach().float() / temperature                        # (K, V)
     logits[:, :FIRST_ORDINARY] = -math.inf        # the generator proposes words, never special tokens
     inputs = masked.targets.clone()
     if len(logits):

@@ -7,56 +7,40 @@ replaced-token detection, read from one masked batch.
 
 The word the generator writes at a selected position is *sampled* from its
 distribution (`batches.electra_batch`), so no gradient flows from the
-discriminator's loss into the generator.  Variants (ELECTRA-15 %, a frozen
-generator, hard negatives) are switches of `electra_losses`; `hard_negatives`
-swaps food adjectives for one of the other polarity, so that the replacement
-always changes what the review means.  The model is `lib.nn.electra.Electra`.
+discriminator's loss into the generator.  ELECTRA-15 % (`selected_only`) puts
+the discriminator's loss on the selected positions only.  A unigram generator
+(no parameters) has no loss.  The model is `lib.nn.electra.Electra`.
 """
+
+from collections import Counter
 
 import torch
 import torch.nn.functional as F
 
-from lib.data import world
-from lib.data.tokenizers import TOKENIZER
 from lib.nn.electra import Electra
-from lib.objectives.batches import StackBatch, electra_batch, masked_cross_entropy
-
-FOOD_ADJECTIVE_IDS = torch.tensor([TOKENIZER[a] for a in world.FOOD_ADJECTIVES])
-# row i: the ids of the food adjectives whose polarity is the opposite of FOOD_ADJECTIVE_IDS[i]'s
-OPPOSITE_IDS = torch.tensor([[TOKENIZER[b] for b, q in world.FOOD_ADJECTIVES.items() if q != p]
-                             for p in world.FOOD_ADJECTIVES.values()])
+from lib.objectives.batches import FIRST_ORDINARY, VOCAB_SIZE, StackBatch, electra_batch, review_stream
 
 
-def hard_negatives(batch, generator, rate: float = None):
-    """The same ElectraBatch, except that food adjectives are replaced by a food adjective of the other
-    polarity (drawn uniformly), a replacement that always turns a true review false: every *selected* food
-    adjective (rate None), or each food adjective with probability `rate`, selected or not."""
-    is_adjective = batch.originals[..., None] == FOOD_ADJECTIVE_IDS                 # (B, T, 16)
-    chosen = batch.selected if rate is None else torch.rand(batch.inputs.shape, generator=generator) < rate
-    where = chosen & is_adjective.any(-1)
-    which = is_adjective[where].float().argmax(-1)                                 # index into FOOD_ADJECTIVE_IDS
-    choice = torch.randint(OPPOSITE_IDS.shape[1], (len(which),), generator=generator)
-    inputs, replaced = batch.inputs.clone(), batch.replaced.clone()
-    inputs[where], replaced[where] = OPPOSITE_IDS[which, choice], True
-    return type(batch)(inputs, replaced, batch.loss_mask, batch.attention_mask, batch.selected, batch.originals)
+def unigram_log_probs() -> torch.Tensor:
+    """(V,) log-frequencies of the words of the training reviews (special tokens: -inf): what the paper's
+    unigram generator samples from."""
+    counts = Counter(review_stream("train").tolist())
+    frequencies = torch.tensor([float(counts[i]) if i >= FIRST_ORDINARY else 0.0 for i in range(VOCAB_SIZE)])
+    return (frequencies / frequencies.sum()).log()
 
 
-def electra_losses(model: Electra, masked: StackBatch, sampling, train_generator: bool = True,
-                   selected_only: bool = False, hard: bool = False, hard_rate: float = None) -> tuple:
+def electra_losses(model: Electra, masked: StackBatch, sampling, selected_only: bool = False) -> tuple:
     """(generator MLM loss, discriminator loss, the ElectraBatch it read) for one MLM batch.
 
-    The generator predicts the originals at the selected positions and one word is sampled there (with
-    the `sampling` generator); the discriminator's binary cross-entropy is averaged over every real
-    position, or only the selected ones (`selected_only`: ELECTRA-15 %).  `train_generator=False`
-    keeps the generator as it is (no loss, no gradient); `hard` applies `hard_negatives` (at `hard_rate`)."""
-    with torch.set_grad_enabled(train_generator and torch.is_grad_enabled()):
-        generator_logits = model.generator_logits(masked.inputs, masked.attention_mask)   # (B, T, V)
-        generator_loss = (masked_cross_entropy(generator_logits, masked.targets, masked.loss_mask)
-                          if train_generator else torch.zeros(()))
+    The generator predicts the originals at the selected positions (its logits computed only there) and one
+    word is sampled at each (with the `sampling` generator); the discriminator's binary cross-entropy is
+    averaged over every real position, or only the selected ones (`selected_only`: ELECTRA-15 %)."""
+    where = masked.loss_mask
+    generator_logits = model.generator_logits(masked.inputs, masked.attention_mask, where)     # (K, V)
+    learns = any(True for _ in model.generator.parameters())       # a unigram generator has nothing to learn
+    generator_loss = F.cross_entropy(generator_logits, masked.targets[where]) if learns else torch.zeros(())
     batch = electra_batch(masked, generator_logits, sampling)                       # samples: no gradient
-    if hard:
-        batch = hard_negatives(batch, sampling, hard_rate)
     logits = model.replaced_logits(batch.inputs, batch.attention_mask)               # (B, T)
-    where = batch.selected if selected_only else batch.loss_mask
-    discriminator_loss = F.binary_cross_entropy_with_logits(logits[where], batch.replaced[where].float())
+    scored = batch.selected if selected_only else batch.loss_mask
+    discriminator_loss = F.binary_cross_entropy_with_logits(logits[scored], batch.replaced[scored].float())
     return generator_loss, discriminator_loss, batch

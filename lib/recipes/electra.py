@@ -1,11 +1,21 @@
-"""Section 05's runs: BERT, ELECTRA, ELECTRA-15 % and the exercise-11 variants, on section 04's data and schedule.
+"""Section 05's runs: BERT and ELECTRA in the paper's configuration, a sweep over the generator's size at the
+FLOPs of BERT's 2,500 steps, and ELECTRA-15 %, on section 04's data and schedule.
 
-    recipes.load(run_name("electra_15", seed=2))     # "electra_15_seed2"
+    recipes.load(run_name("electra", generator=32, seed=2))     # "electra_g32_seed2"
 
-Every variant is section 04's BERT config (data, steps, schedule, seed) plus
-what makes it (`lib.trainers.electra`); every variant over three seeds.  The
-BERT of this section is section 04's BERT trained again with the probes in its
-log; its weights are bit-identical to `compare_bert`'s.
+Every run is section 04's BERT config (data, batch, masking rate, schedule,
+seed) plus what makes it (`lib.trainers.electra`), over three seeds.  The BERT
+of this section is section 04's BERT trained again with the probes in its log;
+its weights are bit-identical to `compare_bert`'s.
+
+ELECTRA follows Clark et al.: the generator shares the discriminator's token and
+position embeddings, has its depth (2 layers) and a fraction of its width
+(GENERATORS: d_g = 16, 32, 64 of d = 64; 0 is the paper's unigram sampler).
+Compute is matched the way the paper matches it, by steps: every ELECTRA trains
+for as many steps as its FLOPs per step allow within BERT's 2,500 steps
+(STEPS; `tests/test_electra.py` checks the FLOPs, counted with vocabulary logits
+only where a loss scores them).  LONG: the quarter-width ELECTRA also for four
+times that budget.
 """
 
 from dataclasses import dataclass
@@ -17,47 +27,47 @@ from lib.recipes import comparison
 from lib.train.cache import Run
 from lib.trainers.electra import train_electra
 
-SEEDS, LAMBDA, FROZEN_AT = comparison.SEEDS, 50.0, 600
+SEEDS, LAMBDA = comparison.SEEDS, 50.0
+GENERATORS = (0, 16, 32, 64)           # the generator's width d_g (0: unigram); the discriminator's d is 64
+MAIN = 16                              # the paper's ELECTRA-Small ratio: a generator a quarter of the width
+# steps within the FLOPs of BERT's 2,500: the nearest multiple of the 50-step evaluation interval
+STEPS = {"bert": comparison.STEPS, 0: 2600, 16: 2300, 32: 1950, 64: 1250}
+LONG = 4                               # the long run: this many times the budget
 
 
 @dataclass(frozen=True)
 class Variant:
     label: str
-    electra: bool = True
+    generator: int = None           # d_g; None: BERT
     selected_only: bool = False     # ELECTRA-15 %: the discriminator's loss on the selected positions only
-    frozen_at: int = None           # the generator stops training after this many steps
-    hard: bool = False              # food adjectives become one of the other polarity: the selected ones...
-    hard_rate: float = None         # ...or each with this probability, selected or not
-    shared: bool = False            # the generator shares the discriminator's embeddings (the paper's setup)
+    budgets: int = 1                # the FLOPs of this many BERT runs of 2,500 steps
 
 
 VARIANTS = {
-    "bert": Variant("BERT", electra=False),
-    "electra": Variant("ELECTRA"),
-    "electra_15": Variant("ELECTRA-15%", selected_only=True),
-    "electra_frozen": Variant(f"ELECTRA, generator frozen at step {FROZEN_AT}", frozen_at=FROZEN_AT),
-    "electra_hard": Variant("ELECTRA + hard negatives (selected)", hard=True),
-    "electra_contrast": Variant("ELECTRA + hard negatives (half the reviews)", hard=True, hard_rate=0.5),
-    "electra_shared": Variant("ELECTRA, shared embeddings", shared=True),
+    "bert": Variant("BERT"),
+    **{f"electra_g{g}": Variant(f"ELECTRA, generator d_g={g}" if g else "ELECTRA, unigram generator", generator=g)
+       for g in GENERATORS},
+    "electra_15": Variant(f"ELECTRA-15% (d_g={MAIN})", generator=MAIN, selected_only=True),
+    "electra_long": Variant(f"ELECTRA (d_g={MAIN}), {LONG}x the budget", generator=MAIN, budgets=LONG),
 }
 
 
-def run_config(variant: str, seed: int = 0, steps: int = comparison.STEPS) -> dict:
+def run_config(variant: str, seed: int = 0) -> dict:
     """Section 04's BERT config plus what makes the variant (the checkpoint key hashes it).
 
-    >>> c = run_config("electra_15"); c["window"], c["mlm_rate"], c["mask_share"], c["selected_only"]
-    (32, 0.15, 1.0, True)
+    >>> c = run_config("electra_15"); c["window"], c["mlm_rate"], c["mask_share"], c["selected_only"], c["steps"]
+    (32, 0.15, 1.0, True, 2300)
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
-    config = {**comparison.run_config("bert", steps=steps, seed=seed), "variant": variant,
-              "probe_ks": list(PROBE_KS), "probe_readouts": list(PROBE_READOUTS)}
     v = VARIANTS[variant]
-    if v.electra:  # the paper's masking: every selected position becomes <mask> for the generator
+    steps = v.budgets * STEPS["bert" if v.generator is None else v.generator]
+    config = {**comparison.run_config("bert", steps=steps, seed=seed), "variant": variant,
+              "probe_ks": list(PROBE_KS), "probe_readouts": list(PROBE_READOUTS), "table_probes": True}
+    if v.generator is not None:    # the paper's masking: every selected position becomes <mask> for the generator
         config |= {"electra": ElectraConfig(batches.VOCAB_SIZE, comparison.POSITIONS,
-                                            shared_embeddings=v.shared).to_dict(),
+                                            generator_d_model=v.generator).to_dict(),
                    "lambda": LAMBDA, "mask_share": 1.0, "random_share": 0.0, "selected_only": v.selected_only,
-                   "generator_steps": v.frozen_at or steps, "hard_negatives": v.hard, "hard_rate": v.hard_rate,
                    "eval_reviews": 200, "examples": 4}
     return config
 
@@ -65,8 +75,8 @@ def run_config(variant: str, seed: int = 0, steps: int = comparison.STEPS) -> di
 def run_name(variant: str, seed: int = 0) -> str:
     """The checkpoint's name.
 
-    >>> run_name("bert"), run_name("electra_15", seed=2)
-    ('electra_bert', 'electra_15_seed2')
+    >>> run_name("bert"), run_name("electra_g32", seed=2)
+    ('electra_bert', 'electra_g32_seed2')
     """
     return ("electra_bert" if variant == "bert" else variant) + (f"_seed{seed}" if seed else "")
 

@@ -30,7 +30,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from lib.measure import finetune
-from lib.recipes import comparison
+from lib.nn.electra import Electra
+from lib.recipes import comparison, electra
 from lib.train import cache, processes
 from lib.train.cache import CHECKPOINT_DIR, Run, StaleCheckpoint
 
@@ -62,9 +63,13 @@ class Entry:
 def entries() -> list:
     """Every main comparison run (5 recipes x 3 seeds) at its floor and final checkpoint over the label curve
     and at the snapshots with N labels; the exercises' runs (BERT masking 40 %, T5 spans for 6,000 steps) at
-    their final checkpoints with N labels; BERT's final checkpoints also through a new classifier head (the
-    BERT paper's way of fine-tuning), with N labels."""
+    their final checkpoints with N labels; BERT's final checkpoints and its floor also through a new
+    classifier head (the BERT paper's way of fine-tuning), with N labels; and section 05's ELECTRA
+    discriminators (every variant but BERT, which is section 04's) through a new head, with N labels."""
     out = []
+    for seed in electra.SEEDS:
+        out += [Entry(comparison.run("bert", seed=seed), 0, (N,), head=True)]
+        out += [Entry(electra.run(v, seed), None, (N,), head=True) for v in electra.VARIANTS if v != "bert"]
     for seed in comparison.SEEDS:
         for recipe in comparison.RECIPES:
             run = comparison.run(recipe, seed=seed)
@@ -110,6 +115,8 @@ def compute(name: str, step, directory: str = None, head: bool = False) -> None:
     start = time.perf_counter()
     if e.step is None:
         model, log = cache.get_or_train(e.run)[0], None
+        if isinstance(model, Electra):      # the discriminator is fine-tuned; the generator is thrown away
+            model = model.discriminator
     else:   # a snapshot: the run retrained here and stopped after `step` steps, in this process
         model, log = e.run.train_fn(e.backbone().config, desc=e.name)
     trained = time.perf_counter() - start

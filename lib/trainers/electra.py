@@ -4,26 +4,26 @@
     model, log = train_electra(config)
 
 Every variant (`lib.recipes.electra`) reads the same windows of training
-reviews and masks the same 15 % of positions as section 04's BERT (same seed,
-steps, schedule, optimisation): the generator's samples come from a generator
-of random numbers of their own, so they never shift the batches.  BERT itself
+reviews and masks the same 15 % of positions as section 04's BERT, step for
+step (same seed, schedule shape and optimisation; each for its own number of
+steps): the generator's samples come from a generator of random numbers of
+their own, so they never shift the batches.  BERT itself
 (a config without "electra") trains exactly as section 04's; evaluation draws
 no random numbers from the training's, so its weights are bit-identical to
 section 04's checkpoint.
 
 Every `eval_every` steps the log records: the linear probes of section 04
-(k = 32 and 128, readouts "mean" and "last") on the discriminator (or BERT);
-and, for ELECTRA, the diagnosis of `electra_evals.replacement_diagnosis` on
-config["eval_reviews"] new reviews, the zero-shot rating accuracy of the
-discriminator used as a scorer, and a few reviews as the discriminator saw
-them (the slider).
+(k = 32 and 128, readouts "mean" and "last") on the discriminator (or BERT),
+the token-embedding table's probes (`electra_evals.table_probe_results`:
+polarity and word class of held-out words); and, for ELECTRA, the diagnosis of
+`electra_evals.replacement_diagnosis` on config["eval_reviews"] new reviews,
+the zero-shot rating accuracy of the discriminator used as a scorer, and a few
+reviews as the discriminator saw them (the slider).
 
 Its fingerprint covers the first evaluation interval (50 steps), like every
-run's, also for the variant whose generator freezes at step 600: sampled
-replacements make a run diverge across CPUs soon after (measured: train loss
-21.38 vs 21.45 at step 100 between an AMD EPYC and an Intel Xeon, identical to
-1e-9 at step 50), so a fingerprint reaching step 650 would fail on every other
-CPU.  The freeze itself is tested in tests/test_electra.py.
+run's: sampled replacements make a run diverge across CPUs soon after
+(measured: train loss 21.38 vs 21.45 at step 100 between an AMD EPYC and an
+Intel Xeon, identical to 1e-9 at step 50).
 """
 
 import itertools
@@ -32,10 +32,12 @@ import torch
 
 from lib.data.seeding import seed_everything
 from lib.measure import probes, protocols
-from lib.measure.electra_evals import examples, probe_results, replacement_diagnosis, scorer_accuracy, selection
+from lib.measure.electra_evals import (examples, probe_results, replacement_diagnosis, scorer_accuracy, selection,
+                                      table_probe_results)
+from lib.measure.flops import step_flops
 from lib.nn.electra import Electra, ElectraConfig
 from lib.objectives import batches
-from lib.objectives.electra import electra_losses
+from lib.objectives.electra import electra_losses, unigram_log_probs
 from lib.train.cache import trainer
 from lib.train.loop import fit
 from lib.trainers import comparison
@@ -51,6 +53,8 @@ def training_parts(config: dict) -> tuple:
         make_batch = comparison.batch_function(config)
     else:
         model = Electra(ElectraConfig(**config["electra"]))
+        if model.config.generator_d_model == 0:
+            model.generator.log_probs.copy_(unigram_log_probs())
 
         def make_batch(windows, g):
             return batches.mlm_batch(windows, g, config["mlm_rate"], config["mask_share"], config["random_share"])
@@ -65,9 +69,7 @@ def training_parts(config: dict) -> tuple:
         step, batch = numbered
         if "electra" not in config:
             return batches.batch_loss(model, batch)
-        generator_loss, discriminator_loss, _ = electra_losses(
-            model, batch, sampling, train_generator=step < config["generator_steps"],
-            selected_only=config["selected_only"], hard=config["hard_negatives"], hard_rate=config["hard_rate"])
+        generator_loss, discriminator_loss, _ = electra_losses(model, batch, sampling, config["selected_only"])
         return generator_loss + config["lambda"] * discriminator_loss
 
     return model, get_batch, loss_fn
@@ -88,13 +90,24 @@ def evaluation_context(config: dict) -> dict:
 
 def evaluate(model, config: dict, context: dict) -> dict:
     """One row of the learning curve (see the module docstring)."""
+    encoder = model.discriminator if "electra" in config else model
+    row = {**probe_results(encoder, context["openings"]), **table_probe_results(encoder)}
     if "electra" not in config:
-        return probe_results(model, context["openings"])
-    row = {**probe_results(model.discriminator, context["openings"]),
-           **replacement_diagnosis(model, context["ids"], config),
-           "scorer_accuracy": scorer_accuracy(model, context["reviews"][:100]),
-           "examples": examples(model, context, config)}
+        return row
+    row |= {
+            **replacement_diagnosis(model, context["ids"], config),
+            "scorer_accuracy": scorer_accuracy(model, context["reviews"][:100]),
+            "examples": examples(model, context, config)}
     return row
+
+
+def step_flops_of(config: dict) -> float:
+    """FLOPs of one training step of a run as the paper counts them: vocabulary logits only where a loss
+    scores them (BERT's through `batches.scored_loss`, the same loss; ELECTRA's generator computes only those)."""
+    model, get_batch, loss_fn = training_parts(config)
+    if "electra" not in config:
+        loss_fn = lambda model, numbered: batches.scored_loss(model, numbered[1])      # noqa: E731
+    return step_flops(model, get_batch, loss_fn)
 
 
 @trainer("electra", version=1)
