@@ -269,3 +269,33 @@ def test_questions_give_the_decoder_exactly_the_rows_asked():
     assert [batch.decoder_input[b, :n].tolist() for b, n in enumerate(batch.loss_mask.sum(1).tolist())] == rows
     with pytest.raises(ValueError, match="<bos>"):
         ul2.questions([[FIRST_ORDINARY]], [[SENTINELS[0]]])
+
+
+@pytest.mark.parametrize("d", ob.UL2_DENOISERS, ids=ul2.label)
+def test_expected_targets_is_the_mean_the_batches_reach(measured, d):
+    """The computed expectation against COUNT sampled windows, within 5 standard errors; a formula that forgot
+    the closing sentinel (1 token) or the clamp of X(64, 0.15) to one span is many standard errors away."""
+    target = measured[d]["target"].double()
+    error = target.std().item() / math.sqrt(len(target))
+    assert abs(ul2.expected_targets(d) - target.mean().item()) <= 5 * error + 1e-9
+
+
+def test_targets_per_step_shares_the_batch_among_the_recipes_denoisers():
+    mixture = ul2.targets_per_step(ob.UL2_DENOISERS, batch_size=8)
+    assert mixture["S (prefix LM)"] == pytest.approx(8 / 7 * 64)
+    only_r = ul2.targets_per_step([ob.UL2_DENOISERS[0]], batch_size=8)
+    assert only_r["R(mu=3, r=0.15)"] == pytest.approx(8 * ul2.expected_targets(ob.UL2_DENOISERS[0]))
+    assert sum(v > 0 for v in only_r.values()) == 1
+
+
+@pytest.mark.parametrize("d", ob.UL2_DENOISERS, ids=ul2.label)
+def test_noise_masks_rebuild_the_window_from_source_and_target(d):
+    """The kept tokens are the source's words in order, the hidden ones the target's words in order."""
+    w = windows(40, seed=3)
+    batch = ul2.denoiser_batch(w, d, generator(4))
+    masks = ul2.noise_masks(batch)
+    for b in range(len(w)):
+        source = [t for t in batch.source[b].tolist() if t >= FIRST_ORDINARY]
+        target = [t for t in batch.targets[b][batch.loss_mask[b]].tolist() if t >= FIRST_ORDINARY]
+        assert w[b][~masks[b]].tolist() == source
+        assert w[b][masks[b]].tolist() == target

@@ -1,6 +1,8 @@
 """Section 06's runs and questions: the recipes are the objectives they claim, training is reproducible,
 and the two ways of reading a model's probabilities (scoring a whole line, asking token by token) agree."""
 
+import math
+
 import pytest
 import torch
 
@@ -10,8 +12,8 @@ from lib.trainers import ul2 as ul2_trainer
 from lib.measure import protocols, ul2_evals
 from lib.objectives import ul2
 from lib.data import world
-from lib.objectives.batches import UL2_DENOISERS, Denoiser
-from lib.data.tokenizers import BOS, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
+from lib.objectives.batches import UL2_DENOISERS, VOCAB_SIZE, Denoiser
+from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
 
 
 def test_the_baselines_are_section_04s_objectives_and_ul2_is_all_seven():
@@ -76,3 +78,26 @@ def test_rating_breakdown_scores_only_good_and_bad_reviews_and_counts_every_ok()
                ("good", "bad", "ok", "ok")]
     assert ul2_evals.rating_breakdown(["good", "good", "ok", "good"], reviews) == (0.5, 0.25)
     assert ul2_evals.rating_breakdown(["ok"] * 4, reviews) == (0.0, 1.0)
+
+
+class Uniform(torch.nn.Module):
+    """A stand-in single stack whose logits are all zero: every loss it gets is the log of a vocabulary size."""
+
+    def forward(self, inputs, attention_mask):
+        return torch.zeros(*inputs.shape, VOCAB_SIZE)
+
+
+def test_split_losses_score_structure_over_the_vocabulary_and_content_over_words():
+    """Structure: a sentinel or the first target, scored over every token (log V for a uniform model); content:
+    the other targets, over the ordinary tokens only (log of their count).  A split that scored content over
+    the whole vocabulary, or put the first target among content, gets other numbers."""
+    config = ul2_runs.run_config("ul2_decoder")
+    batch = ul2_trainer.evaluation_batches(config, count=8)["R(mu=3, r=0.15)"]
+    kinds = ul2_evals.position_kinds(batch)
+    assert torch.equal(kinds["structure"] | kinds["content"], batch.loss_mask)
+    assert int(kinds["structure"].sum()) == int((batch.loss_mask & batch.is_sentinel).sum())   # R starts with <0>
+    s_batch = ul2_trainer.evaluation_batches(config, count=8)["S (prefix LM)"]
+    assert int(ul2_evals.position_kinds(s_batch)["structure"].sum()) == 8                        # one per example
+    losses = ul2_evals.split_losses(Uniform(), batch)
+    assert losses["structure"] == pytest.approx(math.log(VOCAB_SIZE), abs=1e-5)
+    assert losses["content"] == pytest.approx(math.log(VOCAB_SIZE - FIRST_ORDINARY), abs=1e-5)

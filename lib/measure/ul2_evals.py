@@ -21,12 +21,13 @@ or with a mismatched one: `mode_table` measures all of them.
 from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 
 from lib.data import world
 from lib.measure.capabilities import ADJECTIVE_IDS, scored_candidates
 from lib.measure.evals import line_quality
 from lib.measure.protocols import RATING_IDS, line_ids, review_slots, true_rating
-from lib.data.tokenizers import BOS, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
+from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
 from lib.objectives.ul2 import decoder_logits, questions, ul2_loss, without_mode_tokens
 
 FORMS = ("span", "prefix")
@@ -244,4 +245,32 @@ def mode_losses(model, batches: dict) -> dict:
     """{denoiser: {mode name: held-out loss}}: each denoiser's batch (built with its own mode token)
     asked with every mode token and with none."""
     return {name: {mode_name(m): ul2_loss(model, with_mode_token(batch, m)).item() for m in MODES}
+            for name, batch in batches.items()}
+
+
+def position_kinds(batch) -> dict:
+    """(B, T) bool masks splitting a batch's loss positions by what they ask.  "structure": a sentinel, or the
+    first target token (a sentinel for R and X, a word for S: either way the token that says which format
+    the target takes); "content": every other target, a word of the text at a known place."""
+    first = batch.loss_mask & (batch.loss_mask.cumsum(1) == 1)
+    structure = batch.loss_mask & (batch.is_sentinel | first)
+    return {"structure": structure, "content": batch.loss_mask & ~structure}
+
+
+@torch.no_grad()
+def split_losses(model, batch) -> dict:
+    """{"structure": loss, "content": loss} (nats per position) on `position_kinds`.  Content is scored with the
+    softmax over ordinary tokens only, so that probability a mode token moves onto sentinels does not count:
+    it measures what the model would write, given that a word comes."""
+    logits, kinds = decoder_logits(model, batch), position_kinds(batch)
+    words = logits[..., FIRST_ORDINARY:]
+    content = kinds["content"]
+    return {"structure": F.cross_entropy(logits[kinds["structure"]], batch.targets[kinds["structure"]]).item(),
+            "content": F.cross_entropy(words[content], batch.targets[content] - FIRST_ORDINARY).item()}
+
+
+def mode_split_losses(model, batches: dict, modes=("R", "S", "X")) -> dict:
+    """{denoiser: {mode name: split_losses}}: each denoiser's batch (built with its own mode token) asked with
+    each of the trained mode tokens."""
+    return {name: {mode_name(m): split_losses(model, with_mode_token(batch, m)) for m in modes}
             for name, batch in batches.items()}

@@ -44,7 +44,7 @@ from lib.nn.models import EncoderDecoder
 from lib.objectives.batches import (UL2_DENOISERS, Denoiser, EncoderDecoderBatch, StackBatch, batch_logits,
                                     check_windows, corrupt_spans, encoder_decoder_batch, masked_cross_entropy, pad,
                                     possible_counts, random_windows, span_corruption_lengths, stack_batch, ul2_batch)
-from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NUM_SENTINELS, PAD, TOKENIZER
+from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NUM_SENTINELS, PAD, SENTINELS, TOKENIZER
 
 CONTEXT = 128                    # learned positions of the encoder and of the decoder
 MAX_SPANS = NUM_SENTINELS - 1    # one sentinel per span, and one closes the target
@@ -156,6 +156,71 @@ def denoiser_table(count: int = 2000, window: int = WINDOW, seed: int = 0, denoi
                      "source mean": stats["source"].double().mean().item(), "source max": stats["source"].max().item(),
                      "target mean": target / count, "target max": stats["target"].max().item()})
     return rows
+
+
+def _rounded(x: float) -> list:
+    """[(value, probability)] of `batches._stochastic_round(x)`: floor(x), or floor(x) + 1 with probability
+    x - floor(x)."""
+    low = math.floor(x)
+    return [(low, 1 - (x - low)), (low + 1, x - low)]
+
+
+def expected_targets(denoiser: Denoiser, n: int = WINDOW) -> float:
+    """The expected number of loss positions (target tokens) of one n-token window by this denoiser, computed
+    from the draws of `ul2_batch` rather than sampled: S, n - k with k uniform in 1..n-1; R and X, the noise
+    tokens + one sentinel per span + the closing one, over the random roundings and clamps of
+    `random_span_lengths`.
+
+    >>> [round(expected_targets(d), 2) for d in (UL2_DENOISERS[0], UL2_DENOISERS[4], UL2_DENOISERS[-1])]
+    [26.6, 21.2, 64.0]
+    """
+    denoiser = clamp_denoiser(denoiser, n)
+    if denoiser.mode == "S":
+        return sum(n - k for k in range(1, n)) / (n - 1)
+    total = 0.0
+    for noise, p in _rounded(denoiser.noise_density * n):
+        noise = min(max(noise, 1), n - 1)
+        for spans, q in _rounded(noise / denoiser.mean_span):
+            spans = min(max(spans, 1), noise, n - noise + 1)
+            total += p * q * (noise + spans + 1)
+    return total
+
+
+def targets_per_step(denoisers, batch_size: int, n: int = WINDOW) -> dict:
+    """{denoiser label: expected target tokens of that denoiser per training step} for a recipe that draws one
+    of `denoisers` uniformly per window (`ul2_batch`); the others get 0."""
+    chosen = [label(clamp_denoiser(d, n)) for d in denoisers]
+    return {label(d): batch_size * chosen.count(label(clamp_denoiser(d, n))) / len(chosen)
+            * expected_targets(d, n) for d in UL2_DENOISERS}
+
+
+def noise_masks(batch: EncoderDecoderBatch) -> torch.Tensor:
+    """(B, n) bool: which tokens of each example's window the denoiser took out (the decoder writes them),
+    read back from the batch itself: in the source, a kept token stands for itself and a sentinel for the
+    span that follows it in the target; an S example keeps its source and hides the rest.
+
+    >>> w = torch.tensor([TOKENIZER.encode("ebot lives in jelka .")])
+    >>> noise_masks(denoiser_batch(w, UL2_DENOISERS[-1], torch.Generator().manual_seed(0))).int().tolist()
+    [[0, 0, 0, 0, 1]]
+    """
+    masks = []
+    for b in range(batch.source.shape[0]):
+        source = [t for t in batch.source[b].tolist()[1:] if t != PAD]           # the mode token left out
+        target = batch.targets[b][batch.loss_mask[b]].tolist()
+        if not any(t in SENTINELS for t in source):                             # S: a prefix, the rest hidden
+            masks.append([False] * len(source) + [True] * len(target))
+            continue
+        spans = {}                                                              # sentinel -> its span's length
+        for t in target:
+            if t in SENTINELS:
+                current = t
+                spans[current] = 0
+            else:
+                spans[current] += 1
+        masks.append([m for t in source for m in ([True] * spans[t] if t in SENTINELS else [False])])
+    if len({len(m) for m in masks}) != 1:
+        raise ValueError("the examples come from windows of different lengths")
+    return torch.tensor(masks)
 
 
 def tail_span_batch(windows, prefix_lengths) -> EncoderDecoderBatch:

@@ -2,12 +2,17 @@
 
     recipes.load(run_name("ul2_encoder_decoder", seed=1))     # "ul2_ul2_encoder_decoder_seed1"
 
-Four recipes, each over three seeds (`lib.trainers.ul2`):
+Six recipes, each over three seeds (`lib.trainers.ul2`): three objectives on each backbone,
 
     prefix_lm            non-causal decoder   S (prefix LM) only, no mode token        section 04's prefix LM
-    t5_span              encoder-decoder      R(mu=3, r=0.15) only, no mode token      section 04's T5 (spans)
+    span_decoder         non-causal decoder   R(mu=3, r=0.15) only, no mode token
     ul2_decoder          non-causal decoder   the seven denoisers, mode tokens         UL2's mixture of denoisers
+    prefix_lm_encoder_decoder  encoder-decoder  S (prefix LM) only, no mode token
+    t5_span              encoder-decoder      R(mu=3, r=0.15) only, no mode token      section 04's T5 (spans)
     ul2_encoder_decoder  encoder-decoder      the seven denoisers, mode tokens
+
+so that each specialist objective is measured on both backbones (the 2 x 2 of
+objective and backbone, with the mixture as a third objective).
 
 Both stacks are section 04's (d = 64, 4 heads, 2 layers each): the
 encoder-decoder has about twice the parameters, but each token passes through
@@ -43,6 +48,8 @@ RECIPES = {
     "t5_span": Recipe("T5 (spans)", "encoder-decoder", (Denoiser("R", 3, 0.15),), False),
     "ul2_decoder": Recipe("UL2 (decoder)", "decoder", UL2_DENOISERS, True),
     "ul2_encoder_decoder": Recipe("UL2 (encoder-decoder)", "encoder-decoder", UL2_DENOISERS, True),
+    "span_decoder": Recipe("spans (decoder)", "decoder", (Denoiser("R", 3, 0.15),), False),
+    "prefix_lm_encoder_decoder": Recipe("prefix LM (encoder-decoder)", "encoder-decoder", (UL2_DENOISERS[-1],), False),
 }
 
 
@@ -78,5 +85,5 @@ def run(recipe: str, seed: int = 0) -> Run:
 
 
 def runs() -> list:
-    """The four recipes over three seeds."""
+    """The six recipes over three seeds."""
     return [run(recipe, seed) for seed in SEEDS for recipe in RECIPES]
