@@ -282,7 +282,7 @@ def test_expected_targets_is_the_mean_the_batches_reach(measured, d):
 
 def test_targets_per_step_shares_the_batch_among_the_recipes_denoisers():
     mixture = ul2.targets_per_step(ob.UL2_DENOISERS, batch_size=8)
-    assert mixture["S (prefix LM)"] == pytest.approx(8 / 7 * 64)
+    assert mixture["S (prefix LM)"] == pytest.approx(8 / 7 * N / 2)       # S: the target is n - k, k uniform in 1..n-1
     only_r = ul2.targets_per_step([ob.UL2_DENOISERS[0]], batch_size=8)
     assert only_r["R(mu=3, r=0.15)"] == pytest.approx(8 * ul2.expected_targets(ob.UL2_DENOISERS[0]))
     assert sum(v > 0 for v in only_r.values()) == 1

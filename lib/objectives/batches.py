@@ -231,14 +231,40 @@ def _stochastic_round(x: float, generator) -> int:
     return math.floor(x) + int(torch.rand(1, generator=generator).item() < x - math.floor(x))
 
 
+def _noise_count(x: float, n: int) -> int:
+    """Noise tokens of an n-token window: at least one, and one token left."""
+    return min(max(x, 1), n - 1)
+
+
+def _span_count(x: float, noise: int, n: int) -> int:
+    """Spans of `noise` tokens: at least one, no more than the tokens, and separable by the n - noise kept ones."""
+    return min(max(x, 1), noise, n - noise + 1)
+
+
+def _rounding(x: float) -> dict:
+    """{value: probability} of `_stochastic_round(x)`."""
+    low, up = math.floor(x), x - math.floor(x)
+    return {low: 1 - up, low + 1: up} if up else {low: 1.0}
+
+
+def count_distribution(n: int, noise_density: float, mean_span: float) -> dict:
+    """{(noise tokens, spans): probability} that `random_span_lengths` draws for an n-token window.
+
+    >>> {counts: round(p, 3) for counts, p in count_distribution(128, 0.15, 64).items()}
+    {(19, 1): 0.8, (20, 1): 0.2}
+    """
+    out = {}
+    for x, p in _rounding(noise_density * n).items():
+        noise = _noise_count(x, n)
+        for y, q in _rounding(noise / mean_span).items():
+            key = (noise, _span_count(y, noise, n))
+            out[key] = out.get(key, 0.0) + p * q
+    return out
+
+
 def possible_counts(n: int, noise_density: float, mean_span: float) -> list:
     """Every (noise tokens, spans) that `random_span_lengths` can draw for an n-token window."""
-    counts = set()
-    for noise in (math.floor(noise_density * n), math.ceil(noise_density * n)):
-        noise = min(max(noise, 1), n - 1)
-        for spans in (math.floor(noise / mean_span), math.ceil(noise / mean_span)):
-            counts.add((noise, min(max(spans, 1), noise, n - noise + 1)))
-    return sorted(counts)
+    return sorted(count_distribution(n, noise_density, mean_span))
 
 
 def span_corruption_lengths(n: int, noise_density: float, mean_span: float) -> dict:
@@ -270,8 +296,8 @@ def longest_span_window(positions: int, noise_density: float, mean_span: float, 
 def random_span_lengths(n: int, noise_density: float, mean_span: float, generator) -> list:
     """T5's span lengths for an n-token window: about noise_density·n noise tokens in about
     noise/mean_span spans (both rounded up or down at random, so on average exactly), each span >= 1."""
-    noise = min(max(_stochastic_round(noise_density * n, generator), 1), n - 1)
-    spans = min(max(_stochastic_round(noise / mean_span, generator), 1), noise, n - noise + 1)
+    noise = _noise_count(_stochastic_round(noise_density * n, generator), n)
+    spans = _span_count(_stochastic_round(noise / mean_span, generator), noise, n)
     # A uniformly random composition of `noise` into `spans` positive parts: spans - 1 distinct cut points.
     cuts = sorted((torch.randperm(noise - 1, generator=generator)[:spans - 1] + 1).tolist())
     return [b - a for a, b in zip([0] + cuts, cuts + [noise])]
@@ -407,7 +433,7 @@ def iid_denoising_batch(windows, generator, noise_density: float = 0.15) -> Enco
 def poisson_span_lengths(n: int, noise_density: float, poisson_lambda: float, generator) -> list:
     """BART's span lengths: drawn from Poisson(lambda) until they cover about noise_density·n tokens
     (the last one cut to fit); zero-length spans are insertions.  Spans that cannot be kept apart are merged."""
-    noise = min(max(_stochastic_round(noise_density * n, generator), 1), n - 1)
+    noise = _noise_count(_stochastic_round(noise_density * n, generator), n)
     lengths = []
     while sum(lengths) < noise:
         lengths.append(min(int(torch.poisson(torch.tensor(poisson_lambda), generator=generator)),

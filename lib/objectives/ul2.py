@@ -42,8 +42,9 @@ import torch
 from lib.data import world
 from lib.nn.models import EncoderDecoder
 from lib.objectives.batches import (UL2_DENOISERS, Denoiser, EncoderDecoderBatch, StackBatch, batch_logits,
-                                    check_windows, corrupt_spans, encoder_decoder_batch, masked_cross_entropy, pad,
-                                    possible_counts, random_windows, span_corruption_lengths, stack_batch, ul2_batch)
+                                    check_windows, corrupt_spans, count_distribution, encoder_decoder_batch,
+                                    masked_cross_entropy, pad, possible_counts, random_windows,
+                                    span_corruption_lengths, stack_batch, ul2_batch)
 from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NUM_SENTINELS, PAD, SENTINELS, TOKENIZER
 
 CONTEXT = 128                    # learned positions of the encoder and of the decoder
@@ -158,18 +159,11 @@ def denoiser_table(count: int = 2000, window: int = WINDOW, seed: int = 0, denoi
     return rows
 
 
-def _rounded(x: float) -> list:
-    """[(value, probability)] of `batches._stochastic_round(x)`: floor(x), or floor(x) + 1 with probability
-    x - floor(x)."""
-    low = math.floor(x)
-    return [(low, 1 - (x - low)), (low + 1, x - low)]
-
-
 def expected_targets(denoiser: Denoiser, n: int = WINDOW) -> float:
     """The expected number of loss positions (target tokens) of one n-token window by this denoiser, computed
     from the draws of `ul2_batch` rather than sampled: S, n - k with k uniform in 1..n-1; R and X, the noise
     tokens + one sentinel per span + the closing one, over the random roundings and clamps of
-    `random_span_lengths`.
+    `random_span_lengths` (`batches.count_distribution`).
 
     >>> [round(expected_targets(d), 2) for d in (UL2_DENOISERS[0], UL2_DENOISERS[4], UL2_DENOISERS[-1])]
     [26.6, 21.2, 64.0]
@@ -177,21 +171,16 @@ def expected_targets(denoiser: Denoiser, n: int = WINDOW) -> float:
     denoiser = clamp_denoiser(denoiser, n)
     if denoiser.mode == "S":
         return sum(n - k for k in range(1, n)) / (n - 1)
-    total = 0.0
-    for noise, p in _rounded(denoiser.noise_density * n):
-        noise = min(max(noise, 1), n - 1)
-        for spans, q in _rounded(noise / denoiser.mean_span):
-            spans = min(max(spans, 1), noise, n - noise + 1)
-            total += p * q * (noise + spans + 1)
-    return total
+    return sum(p * (noise + spans + 1) for (noise, spans), p in
+               count_distribution(n, denoiser.noise_density, denoiser.mean_span).items())
 
 
 def targets_per_step(denoisers, batch_size: int, n: int = WINDOW) -> dict:
     """{denoiser label: expected target tokens of that denoiser per training step} for a recipe that draws one
     of `denoisers` uniformly per window (`ul2_batch`); the others get 0."""
-    chosen = [label(clamp_denoiser(d, n)) for d in denoisers]
-    return {label(d): batch_size * chosen.count(label(clamp_denoiser(d, n))) / len(chosen)
-            * expected_targets(d, n) for d in UL2_DENOISERS}
+    chosen = [clamp_denoiser(d, n) for d in denoisers]
+    return {label(d): batch_size * chosen.count(clamp_denoiser(d, n)) / len(chosen) * expected_targets(d, n)
+            for d in UL2_DENOISERS}
 
 
 def noise_masks(batch: EncoderDecoderBatch) -> torch.Tensor:

@@ -1,18 +1,18 @@
-"""Section 06's runs: the objective x backbone 2 x 2 of UL2 (Tay et al. 2022), on one kind of data and compute.
+"""Section 06's runs: UL2's objectives x backbones (Tay et al. 2022), on one kind of data and compute.
 
     recipes.load(run_name("ul2_encoder_decoder", seed=1))     # "ul2_ul2_encoder_decoder_seed1"
 
 Six recipes, each over three seeds (`lib.trainers.ul2`): three objectives on each backbone,
 
-    prefix_lm            non-causal decoder   S (prefix LM) only, no mode token        section 04's prefix LM
-    span_decoder         non-causal decoder   R(mu=3, r=0.15) only, no mode token
-    ul2_decoder          non-causal decoder   the seven denoisers, mode tokens         UL2's mixture of denoisers
-    prefix_lm_encoder_decoder  encoder-decoder  S (prefix LM) only, no mode token
-    t5_span              encoder-decoder      R(mu=3, r=0.15) only, no mode token      section 04's T5 (spans)
-    ul2_encoder_decoder  encoder-decoder      the seven denoisers, mode tokens
+    prefix_lm                  non-causal decoder  S (prefix LM) only, no mode token    section 04's prefix LM
+    span_decoder               non-causal decoder  R(mu=3, r=0.15) only, no mode token
+    ul2_decoder                non-causal decoder  the seven denoisers, mode tokens     UL2's mixture of denoisers
+    prefix_lm_encoder_decoder  encoder-decoder     S (prefix LM) only, no mode token
+    t5_span                    encoder-decoder     R(mu=3, r=0.15) only, no mode token  section 04's T5 (spans)
+    ul2_encoder_decoder        encoder-decoder     the seven denoisers, mode tokens
 
-so that each specialist objective is measured on both backbones (the 2 x 2 of
-objective and backbone, with the mixture as a third objective).
+so that each specialist objective is measured on both backbones (objective and
+backbone vary independently; the mixture is the third objective).
 
 Both stacks are section 04's (d = 64, 4 heads, 2 layers each): the
 encoder-decoder has about twice the parameters, but each token passes through
