@@ -231,13 +231,14 @@ def _stochastic_round(x: float, generator) -> int:
     return math.floor(x) + int(torch.rand(1, generator=generator).item() < x - math.floor(x))
 
 
-def _noise_count(x: float, n: int) -> int:
-    """Noise tokens of an n-token window: at least one, and one token left."""
+def noise_tokens(x: float, n: int) -> int:
+    """x noise tokens (a rounded r * n) as an n-token window allows: at least one, and one token kept."""
     return min(max(x, 1), n - 1)
 
 
-def _span_count(x: float, noise: int, n: int) -> int:
-    """Spans of `noise` tokens: at least one, no more than the tokens, and separable by the n - noise kept ones."""
+def span_count(x: float, noise: int, n: int) -> int:
+    """x spans (a rounded noise / mu) as `noise` noise tokens allow: at least one, no more than the tokens, and
+    no more than the n - noise kept tokens can keep apart."""
     return min(max(x, 1), noise, n - noise + 1)
 
 
@@ -255,9 +256,9 @@ def count_distribution(n: int, noise_density: float, mean_span: float) -> dict:
     """
     out = {}
     for x, p in _rounding(noise_density * n).items():
-        noise = _noise_count(x, n)
+        noise = noise_tokens(x, n)
         for y, q in _rounding(noise / mean_span).items():
-            key = (noise, _span_count(y, noise, n))
+            key = (noise, span_count(y, noise, n))
             out[key] = out.get(key, 0.0) + p * q
     return out
 
@@ -296,8 +297,8 @@ def longest_span_window(positions: int, noise_density: float, mean_span: float, 
 def random_span_lengths(n: int, noise_density: float, mean_span: float, generator) -> list:
     """T5's span lengths for an n-token window: about noise_density·n noise tokens in about
     noise/mean_span spans (both rounded up or down at random, so on average exactly), each span >= 1."""
-    noise = _noise_count(_stochastic_round(noise_density * n, generator), n)
-    spans = _span_count(_stochastic_round(noise / mean_span, generator), noise, n)
+    noise = noise_tokens(_stochastic_round(noise_density * n, generator), n)
+    spans = span_count(_stochastic_round(noise / mean_span, generator), noise, n)
     # A uniformly random composition of `noise` into `spans` positive parts: spans - 1 distinct cut points.
     cuts = sorted((torch.randperm(noise - 1, generator=generator)[:spans - 1] + 1).tolist())
     return [b - a for a, b in zip([0] + cuts, cuts + [noise])]
@@ -433,7 +434,7 @@ def iid_denoising_batch(windows, generator, noise_density: float = 0.15) -> Enco
 def poisson_span_lengths(n: int, noise_density: float, poisson_lambda: float, generator) -> list:
     """BART's span lengths: drawn from Poisson(lambda) until they cover about noise_density·n tokens
     (the last one cut to fit); zero-length spans are insertions.  Spans that cannot be kept apart are merged."""
-    noise = _noise_count(_stochastic_round(noise_density * n, generator), n)
+    noise = noise_tokens(_stochastic_round(noise_density * n, generator), n)
     lengths = []
     while sum(lengths) < noise:
         lengths.append(min(int(torch.poisson(torch.tensor(poisson_lambda), generator=generator)),
