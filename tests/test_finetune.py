@@ -9,7 +9,9 @@ from lib.data import world
 from lib.data.seeding import seed_everything
 from lib.measure import finetune
 from lib.recipes import comparison, yardstick
+from lib.recipes import ul2 as ul2_runs
 from lib.train.cache import StaleCheckpoint
+from lib.trainers import ul2 as ul2_trainer
 from lib.trainers.comparison import build_model, train_comparison
 
 
@@ -115,3 +117,18 @@ def test_a_network_without_an_output_over_words_is_fine_tuned_through_a_new_head
     assert finetune.score(tuned, "bidirectional", task.labelled[:32])["all"] > 0.9   # it fits its labels
     with pytest.raises(ValueError, match="bidirectional"):
         finetune.finetune(discriminator, "causal", task.labelled[:8], lr=1e-3, seed=0, head=True)
+
+
+def test_a_section_06_snapshot_at_step_zero_is_the_runs_initialisation():
+    config = dict(ul2_runs.run_config("t5_span", seed=1), stop_after=0)
+    model, log = ul2_trainer.train_ul2(config)
+    seed_everything(1)
+    assert log == [] and same_weights(model, ul2_trainer.build_model(config))
+
+
+def test_every_yardstick_entry_is_computed_for_its_current_key():
+    """The committed fine-tunes are those of today's checkpoints and harness (a changed key, e.g. of the older
+    entries when section 06's were added, would leave them stale), and each entry has a file of its own."""
+    entries = yardstick.entries()
+    assert len({e.name for e in entries}) == len(entries)
+    assert [e.name for e in yardstick.missing()] == []

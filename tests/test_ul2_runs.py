@@ -101,3 +101,18 @@ def test_split_losses_score_structure_over_the_vocabulary_and_content_over_words
     losses = ul2_evals.split_losses(Uniform(), batch)
     assert losses["structure"] == pytest.approx(math.log(VOCAB_SIZE), abs=1e-5)
     assert losses["content"] == pytest.approx(math.log(VOCAB_SIZE - FIRST_ORDINARY), abs=1e-5)
+
+
+def test_a_section_06_kind_asks_the_slot_in_its_form_and_mode():
+    """protocols.slot_logits with a `ul2_kind` (the fine-tuning path) gives exactly the logits that asking the
+    same question through ul2_evals gives; a malformed kind is refused."""
+    model = ul2_trainer.build_model(ul2_runs.run_config("ul2_decoder")).eval()
+    ids = [protocols.line_ids(r) for r in protocols.new_reviews(4)]
+    slots = [protocols.review_slots(i)["rating"] for i in ids]
+    for form, mode in (("span", "R"), ("prefix", None)):
+        asked = [ul2.ask_slot(i, s, form, mode) for i, s in zip(ids, slots)]
+        expected = ul2_evals.next_logits(model, [a for a, _ in asked], [b for _, b in asked])
+        assert torch.equal(protocols.slot_logits(model, protocols.ul2_kind(form, mode), ids, slots), expected)
+    for bad in ("ul2 spans", "ul2 span [Q]", "ul2 span R"):
+        with pytest.raises(ValueError, match="unknown kind"):
+            protocols.slot_logits(model, bad, ids, slots)

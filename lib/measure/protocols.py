@@ -7,6 +7,10 @@ Four kinds of model read text differently:
     bidirectional    BERT (MaskedTransformer, everything sees everything)
     encoder-decoder  T5 (EncoderDecoder)
 
+and section 06's models, which all read a source and write a target, are asked
+in one of their training formats, with a mode token or none (`ul2_kind`:
+"ul2 span [R]", "ul2 prefix", ...; the question is `ul2.ask_slot`'s).
+
 Two protocols ask for a slot (a token to predict, such as a review's rating);
 each reads the logits the model gives for that slot, never showing it the token.
 
@@ -43,7 +47,8 @@ from lib.data import world
 from lib.data.seeding import seeded_builds
 from lib.nn.masks import check_kind, encoder_decoder_masks, for_kind, hide_padding
 from lib.objectives.batches import pad
-from lib.data.tokenizers import BOS, MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
+from lib.objectives.ul2 import FORMS, ask_slot, question_logits
+from lib.data.tokenizers import BOS, MASK, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
 
 RATING_IDS = [TOKENIZER[r] for r in world.RATINGS]
 EVAL_SEED = 1234  # the seed of the new reviews every section-04 evaluation uses
@@ -88,11 +93,33 @@ def decoder_logits(model, sources: list, targets: list):
     return model(source, target, masks["encoder"], masks["decoder"], masks["cross"])
 
 
+def ul2_kind(form: str, mode=None) -> str:
+    """The kind of a section-06 model asked in `form` ("span" or "prefix") with mode's token first, or none.
+
+    >>> ul2_kind("span", "R"), ul2_kind("prefix")
+    ('ul2 span [R]', 'ul2 prefix')
+    """
+    if form not in FORMS:
+        raise ValueError(f"unknown form {form!r}; expected one of {FORMS}")
+    return f"ul2 {form}" + (f" [{mode}]" if mode else "")
+
+
+def ul2_question(kind: str):
+    """(form, mode) of a `ul2_kind`, or None for the four other kinds."""
+    if not kind.startswith("ul2 "):
+        return None
+    for question in ((form, mode) for form in FORMS for mode in (None, *MODE_TOKENS)):
+        if kind == ul2_kind(*question):
+            return question
+    raise ValueError(f"unknown kind {kind!r}; a section-06 kind reads like {ul2_kind('span', 'R')!r}")
+
+
 def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = 4096, grad: bool = False):
     """(N, V): the logits each model gives for the token at sequences[i][slots[i]], asked its own way
     (see the module docstring); the token itself is never shown to the model.  grad=True keeps the graph
     (fine-tuning through the slot, `lib.measure.finetune`)."""
-    check_kind(kind)
+    if ul2_question(kind) is None:
+        check_kind(kind)
     if len(sequences) > chunk:
         return torch.cat([slot_logits(model, kind, sequences[i:i + chunk], slots[i:i + chunk], chunk, grad)
                           for i in range(0, len(sequences), chunk)])
@@ -104,6 +131,9 @@ def _slot_logits(model, kind: str, sequences: list, slots: list):
     if not all(1 <= s < len(seq) for seq, s in zip(sequences, slots)):
         raise ValueError("every slot must lie in 1..len(sequence) - 1 (position 0 is the opening newline)")
     rows = torch.arange(len(sequences))
+    if ul2_question(kind):
+        asked = [ask_slot(seq, s, *ul2_question(kind)) for seq, s in zip(sequences, slots)]
+        return question_logits(model, [source for source, _ in asked], [start for _, start in asked])
     if kind in ("causal", "prefix"):
         contexts = [seq[:s] for seq, s in zip(sequences, slots)]
         ids, is_pad = pad(contexts)

@@ -28,9 +28,9 @@ from lib.measure.capabilities import ADJECTIVE_IDS, scored_candidates
 from lib.measure.evals import line_quality
 from lib.measure.protocols import RATING_IDS, line_ids, review_slots, true_rating
 from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
-from lib.objectives.ul2 import decoder_logits, questions, ul2_loss, without_mode_tokens
+from lib.objectives.ul2 import (FORMS, ask_slot, decoder_logits, question_logits, questions, ul2_loss, with_mode,
+                                without_mode_tokens)
 
-FORMS = ("span", "prefix")
 MODES = ("R", "S", "X", None)
 # Writing stops here: a line longer than the longest line of the world (16 word tokens) is never valid.
 MAX_NEW = max(len(TOKENIZER.encode(line)) for line in world.load_text("train").splitlines()) + 2
@@ -51,30 +51,11 @@ def _check(form: str, mode):
     _check_mode(mode)
 
 
-def with_mode(source: list, mode) -> list:
-    return ([MODE_TOKENS[mode]] if mode else []) + source
-
-
-def ask_slot(ids: list, slot: int, form: str, mode=None, end: int = None) -> tuple:
-    """(source, decoder start) asking for ids[slot:end] (one token by default) in this form."""
-    _check(form, mode)
-    end = slot + 1 if end is None else end
-    if not 1 <= slot < end < len(ids):
-        raise ValueError(f"the slot {slot}..{end} must lie inside the line (1..{len(ids) - 1})")
-    if form == "span":
-        return with_mode(ids[:slot] + [SENTINELS[0]] + ids[end:], mode), [BOS, SENTINELS[0]]
-    return with_mode(ids[:slot], mode), [BOS]
-
-
 @torch.no_grad()
 def next_logits(model, sources: list, starts: list, chunk: int = 256) -> torch.Tensor:
-    """(N, V): the logits of the token after each decoder start, given its source."""
-    out = []
-    for i in range(0, len(sources), chunk):
-        batch = questions(sources[i:i + chunk], starts[i:i + chunk])
-        logits = decoder_logits(model, batch)
-        out.append(logits[torch.arange(logits.shape[0]), batch.loss_mask.sum(1) - 1])
-    return torch.cat(out)
+    """(N, V): `ul2.question_logits`, in chunks, without gradients."""
+    return torch.cat([question_logits(model, sources[i:i + chunk], starts[i:i + chunk])
+                      for i in range(0, len(sources), chunk)])
 
 
 def _slot_answers(model, reviews: list, slot_name: str, form: str, mode, choices: list) -> list:

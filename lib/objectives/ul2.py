@@ -256,6 +256,11 @@ def prediction_problems(batch) -> list:
     return problems
 
 
+def word_problems(batch) -> list:
+    """`prediction_problems` without the ones whose target is a sentinel: the words a model is asked to write."""
+    return [[(seen, target) for seen, target in rows if target not in SENTINELS] for rows in prediction_problems(batch)]
+
+
 def longest_sequence(denoiser: Denoiser, n: int) -> int:
     """The most positions one stack needs for this denoiser's example: mode token + source + decoder input
     (`as_stack_batch`), in the worst case over the random draws.
@@ -289,6 +294,36 @@ def questions(sources: list, decoder_inputs: list) -> EncoderDecoderBatch:
         raise ValueError("every decoder input must start with <bos>")
     return encoder_decoder_batch(sources, [row[1:] + [BOS] for row in decoder_inputs],
                                   [[False] * len(row) for row in decoder_inputs])
+
+
+FORMS = ("span", "prefix")   # how a question is posed: a span to fill (R, X, T5) or a continuation (S, prefix LM)
+
+
+def with_mode(source: list, mode) -> list:
+    """The source with mode's token first ("R", "S" or "X"), or as it is (None)."""
+    if mode is not None and mode not in MODE_TOKENS:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODE_TOKENS)} or None")
+    return ([MODE_TOKENS[mode]] if mode else []) + source
+
+
+def ask_slot(ids: list, slot: int, form: str, mode=None, end: int = None) -> tuple:
+    """(source, decoder start) asking for ids[slot:end] (one token by default) in this form: "span", the
+    text with <0> there and the decoder starting `<bos> <0>`; "prefix", the text up to it and `<bos>`."""
+    if form not in FORMS:
+        raise ValueError(f"unknown form {form!r}; expected one of {FORMS}")
+    end = slot + 1 if end is None else end
+    if not 1 <= slot < end < len(ids):
+        raise ValueError(f"the slot {slot}..{end} must lie inside the line (1..{len(ids) - 1})")
+    if form == "span":
+        return with_mode(ids[:slot] + [SENTINELS[0]] + ids[end:], mode), [BOS, SENTINELS[0]]
+    return with_mode(ids[:slot], mode), [BOS]
+
+
+def question_logits(model, sources: list, starts: list) -> torch.Tensor:
+    """(N, V): the logits a model of section 06 gives for the token after each decoder start, given its source."""
+    batch = questions(sources, starts)
+    logits = decoder_logits(model, batch)
+    return logits[torch.arange(logits.shape[0]), batch.loss_mask.sum(1) - 1]
 
 
 def as_stack_batch(batch: EncoderDecoderBatch) -> StackBatch:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from lib.measure import finetune
+from lib.measure import finetune, protocols
 from lib.nn.electra import Electra
-from lib.recipes import comparison, electra
+from lib.recipes import comparison, electra, ul2
 from lib.train import cache, processes
 from lib.train.cache import CHECKPOINT_DIR, Run, StaleCheckpoint
 
@@ -48,10 +48,21 @@ class Entry:
     step: object        # None: its committed checkpoint; an int: a snapshot after that many steps
     ns: tuple           # the label counts fine-tuned
     head: bool = False  # fine-tuned through a new classifier head (`finetune.finetune`) instead of its own slot
+    kind: str = None    # how the slot is asked, where the run's config does not say (section 06: `protocols.ul2_kind`)
 
     @property
     def name(self) -> str:
-        return self.run.name + ("" if self.step is None else f"_at{self.step}") + ("_head" if self.head else "")
+        asked = "" if self.kind is None else "_" + self.kind.split()[1]            # section 06: _span or _prefix
+        return self.run.name + asked + ("" if self.step is None else f"_at{self.step}") + ("_head" if self.head else "")
+
+    @property
+    def model_kind(self) -> str:
+        return self.kind or self.run.config["kind"]
+
+    @property
+    def form(self):
+        """Section 06: "span" or "prefix", the form its slot is asked in; None for the others."""
+        return None if self.kind is None else protocols.ul2_question(self.kind)[0]
 
     def backbone(self) -> Run:
         """The run whose network is fine-tuned (a snapshot is the run stopped after `step` steps)."""
@@ -64,8 +75,9 @@ def entries() -> list:
     """Every main comparison run (5 recipes x 3 seeds) at its floor and final checkpoint over the label curve
     and at the snapshots with N labels; the exercises' runs (BERT masking 40 %, T5 spans for 6,000 steps) at
     their final checkpoints with N labels; BERT's final checkpoints and its floor also through a new
-    classifier head (the BERT paper's way of fine-tuning), with N labels; and section 05's ELECTRA
-    discriminators (every variant but BERT, which is section 04's) through a new head, with N labels."""
+    classifier head (the BERT paper's way of fine-tuning), with N labels; section 05's ELECTRA
+    discriminators (every variant but BERT, which is section 04's) through a new head, with N labels; and
+    section 06's runs in both of their forms (`ul2_entries`)."""
     out = []
     for seed in electra.SEEDS:
         out += [Entry(comparison.run("bert", seed=seed), 0, (N,), head=True)]
@@ -78,20 +90,39 @@ def entries() -> list:
                 out.append(Entry(run, None, (N,), head=True))
         out += [Entry(comparison.run("bert", mlm_rate=0.40, seed=seed), None, (N,)),
                 Entry(comparison.run("t5_span", steps=6000, seed=seed), None, (N,))]
+    return out + ul2_entries()
+
+
+def ul2_entries() -> list:
+    """Section 06: every run asked in both forms through its own slot, with N labels: the span form (R's, with
+    [R] where the recipe trains with mode tokens) and the prefix form (S's, with [S]); and the floor, the
+    initialisation of each backbone (the R-only recipes' runs at step 0), asked in both forms without a token."""
+    out = []
+    for seed in ul2.SEEDS:
+        for recipe in ul2.RECIPES:
+            tokens = ul2.run_config(recipe)["mode_tokens"]
+            out += [Entry(ul2.run(recipe, seed), None, (N,), kind=protocols.ul2_kind(form, mode if tokens else None))
+                    for form, mode in (("span", "R"), ("prefix", "S"))]
+        out += [Entry(ul2.run(recipe, seed), 0, (N,), kind=protocols.ul2_kind(form))
+                for recipe in ("span_decoder", "t5_span") for form in protocols.FORMS]
     return out
 
 
-def entry(name: str, step=None, head: bool = False) -> Entry:
+def entry(name: str, step=None, head: bool = False, form: str = None) -> Entry:
+    """The entry of run `name` (at `step`, through a head), asked in `form` for a section-06 run."""
     for e in entries():
-        if e.run.name == name and e.step == step and e.head == head:
+        if (e.run.name == name and e.step == step and e.head == head
+                and e.form == form):
             return e
-    raise KeyError(f"no yardstick entry for {name!r} at step {step!r}" + (" with a head" if head else ""))
+    raise KeyError(f"no yardstick entry for {name!r} at step {step!r}" + (" with a head" if head else "")
+                   + (f" in {form} form" if form else ""))
 
 
 def key(e: Entry) -> str:
+    asked = {} if e.kind is None else {"kind": e.kind}        # the older entries' keys stay as they were
     blob = json.dumps({"backbone": cache.checkpoint_key(e.backbone()), "ns": e.ns, "splits": SPLITS,
                        "learning_rates": finetune.LEARNING_RATES, "steps": finetune.STEPS,
-                       "version": finetune.VERSION, "head": e.head}, sort_keys=True)
+                       "version": finetune.VERSION, "head": e.head, **asked}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -107,11 +138,11 @@ def _read(e: Entry, directory=None):
     return saved if saved.get("key") == key(e) else None
 
 
-def compute(name: str, step, directory: str = None, head: bool = False) -> None:
+def compute(name: str, step, directory: str = None, head: bool = False, form: str = None) -> None:
     """Fine-tune one entry's backbone over its sweep and save the result (run in a pinned process), with the
     backbone's own zero-shot scores on each split's test reviews and, for a snapshot, its training log (a
     snapshot is retrained on this machine: its trajectory can differ from the committed checkpoint's)."""
-    e, directory = entry(name, step, head), (None if directory is None else Path(directory))
+    e, directory = entry(name, step, head, form), (None if directory is None else Path(directory))
     start = time.perf_counter()
     if e.step is None:
         model, log = cache.get_or_train(e.run)[0], None
@@ -120,7 +151,7 @@ def compute(name: str, step, directory: str = None, head: bool = False) -> None:
     else:   # a snapshot: the run retrained here and stopped after `step` steps, in this process
         model, log = e.run.train_fn(e.backbone().config, desc=e.name)
     trained = time.perf_counter() - start
-    kind = e.run.config["kind"]
+    kind = e.model_kind
     zero_shot = None if e.head else [finetune.score(model, kind, finetune.rating_task(s).test) for s in SPLITS]
     with tqdm(total=len(e.ns) * len(SPLITS) * len(finetune.LEARNING_RATES), desc=f"fine-tuning {e.name}",
               file=sys.stderr, mininterval=1.0) as bar:
@@ -143,7 +174,7 @@ def estimated_seconds(e: Entry) -> float:
     fine-tune of n reviews took about 0.45 + 0.029 n seconds (0.7 s at n = 8, 4.2 s at 128), a snapshot's
     pretraining about 0.03 s a step, and a measuring process 5 s to start; T5's two stacks about 1.7 times that."""
     tunes = len(SPLITS) * len(finetune.LEARNING_RATES)
-    slower = 1.7 if e.run.config["kind"] == "encoder-decoder" else 1.0
+    slower = 1.7 if "encoder-decoder" in (e.model_kind, e.run.config.get("backbone")) else 1.0
     return 5 + slower * (tunes * sum(0.45 + 0.029 * n for n in e.ns) + 0.03 * (e.step or 0))
 
 
@@ -153,7 +184,7 @@ def fill(processes_count: int = 2, directory=None, only=None) -> list:
     todo = [e for e in missing(directory) if not only or e.run.name in only]
     cost = {e.name: estimated_seconds(e) for e in todo}
     todo.sort(key=lambda e: -cost[e.name])
-    calls = [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head,
+    calls = [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form,
                                 "directory": None if directory is None else str(directory)}) for e in todo]
     failures = processes.call_in_processes(calls, processes_count, cost)
     if failures:
@@ -161,10 +192,10 @@ def fill(processes_count: int = 2, directory=None, only=None) -> list:
     return [e.name for e in todo]
 
 
-def result(name: str, step=None, head: bool = False) -> dict:
+def result(name: str, step=None, head: bool = False, form: str = None) -> dict:
     """The saved fine-tunes of one entry (`compute`'s file); computed first when missing or stale, except
     where BOOK_NO_TRAINING is set (there: StaleCheckpoint)."""
-    e = entry(name, step, head)
+    e = entry(name, step, head, form)
     saved = _read(e)
     if saved is None:
         if os.environ.get("BOOK_NO_TRAINING"):
@@ -176,10 +207,10 @@ def result(name: str, step=None, head: bool = False) -> dict:
     return saved
 
 
-def test_scores(name: str, step=None, n: int = N, group: str = "and", head: bool = False) -> list:
+def test_scores(name: str, step=None, n: int = N, group: str = "and", head: bool = False, form: str = None) -> list:
     """One entry's yardstick: the test score on `group` reviews ("and", "but" or "all") of each label split, at
     the learning rate its validation chose (`finetune.chosen`) with n labelled reviews."""
-    return [row["test"][group] for row in finetune.chosen(result(name, step, head)["rows"], n)]
+    return [row["test"][group] for row in finetune.chosen(result(name, step, head, form)["rows"], n)]
 
 
 def chosen_rate(name: str, step=None, n: int = N, head: bool = False) -> float:
@@ -216,7 +247,8 @@ def reproduce(directory, sample: int = None, seed: int = 0) -> bool:
     directory = Path(directory)
     todo = [e for e in chosen if _read(e, directory) is None]
     failures = processes.call_in_processes(
-        [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "directory": str(directory)})
+        [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form,
+                            "directory": str(directory)})
          for e in todo], 2)
     if failures:
         raise RuntimeError(f"fine-tuning failed for {failures}")

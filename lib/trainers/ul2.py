@@ -56,7 +56,8 @@ def denoiser_losses(model, batches: dict) -> dict:
 
 @trainer("ul2", version=1)
 def train_ul2(config: dict, parents=(), desc: str = "train"):
-    """Train one recipe with `fit`; only the model and the denoisers differ between recipes."""
+    """Train one recipe with `fit`; only the model and the denoisers differ between recipes.  config["stop_after"]
+    = K (a snapshot, `lib.recipes.yardstick`) stops after K steps of the same schedule (0: the initialisation)."""
     generator = seed_everything(config["seed"])
     model = build_model(config)
     stream, batches = text_stream("train"), evaluation_batches(config)
@@ -65,5 +66,6 @@ def train_ul2(config: dict, parents=(), desc: str = "train"):
         return make_batch(random_windows(stream, config["window"], config["batch_size"], generator), config,
                           generator)
 
-    log = fit(model, get_batch, ul2_loss, config, evaluate=lambda m: denoiser_losses(m, batches), desc=desc)
+    log = fit(model, get_batch, ul2_loss, config, evaluate=lambda m: denoiser_losses(m, batches), desc=desc,
+              stop_after=config.get("stop_after"))
     return model, log
