@@ -13,6 +13,9 @@ Six recipes, each over three seeds (`lib.trainers.ul2`): three objectives on eac
 
 so that each specialist objective is measured on both backbones (objective and
 backbone vary independently; the mixture is the third objective).
+The four one-denoiser recipes are also trained for SHORT = 357 steps, a whole
+schedule in which they see as many targets of their denoiser as the mixture sees
+in 2,500 (`run(recipe, seed, SHORT)`: "ul2_t5_span_steps357_seed1").
 
 Both stacks are section 04's (d = 64, 4 heads, 2 layers each): the
 encoder-decoder has about twice the parameters, but each token passes through
@@ -33,6 +36,10 @@ from lib.trainers.ul2 import train_ul2
 
 STEPS, BATCH_SIZE, EVAL_EVERY, SEEDS = 2500, 8, 250, (0, 1, 2)
 EVAL_WINDOWS = 32            # validation windows per denoiser in the log
+# A one-denoiser recipe sees in SHORT steps as many targets of its denoiser as the mixture (one of seven per
+# window) sees of it in STEPS: trained with a whole schedule of SHORT steps, it is the mixture's equal in those
+# targets, learning rate annealed alike (section 06's token-budget comparison).
+SHORT = STEPS // len(UL2_DENOISERS)
 
 
 @dataclass(frozen=True)
@@ -71,19 +78,20 @@ def run_config(recipe: str, seed: int = 0, steps: int = STEPS) -> dict:
             "eval_every": EVAL_EVERY, "eval_windows": EVAL_WINDOWS, **OPTIMIZATION}
 
 
-def run_name(recipe: str, seed: int = 0) -> str:
-    """ul2_<recipe>[_seed<s>].
+def run_name(recipe: str, seed: int = 0, steps: int = STEPS) -> str:
+    """ul2_<recipe>[_steps<n>][_seed<s>].
 
-    >>> run_name("t5_span"), run_name("ul2_decoder", seed=2)
-    ('ul2_t5_span', 'ul2_ul2_decoder_seed2')
+    >>> run_name("t5_span"), run_name("ul2_decoder", seed=2), run_name("t5_span", seed=1, steps=SHORT)
+    ('ul2_t5_span', 'ul2_ul2_decoder_seed2', 'ul2_t5_span_steps357_seed1')
     """
-    return f"ul2_{recipe}" + (f"_seed{seed}" if seed else "")
+    return f"ul2_{recipe}" + (f"_steps{steps}" if steps != STEPS else "") + (f"_seed{seed}" if seed else "")
 
 
-def run(recipe: str, seed: int = 0) -> Run:
-    return Run(run_name(recipe, seed), run_config(recipe, seed), train_ul2)
+def run(recipe: str, seed: int = 0, steps: int = STEPS) -> Run:
+    return Run(run_name(recipe, seed, steps), run_config(recipe, seed, steps), train_ul2)
 
 
 def runs() -> list:
-    """The six recipes over three seeds."""
-    return [run(recipe, seed) for seed in SEEDS for recipe in RECIPES]
+    """The six recipes over three seeds, and the four one-denoiser recipes trained for SHORT steps."""
+    return ([run(recipe, seed) for seed in SEEDS for recipe in RECIPES]
+            + [run(recipe, seed, SHORT) for seed in SEEDS for recipe in RECIPES if len(RECIPES[recipe].denoisers) == 1])
