@@ -484,16 +484,6 @@ def describe(figure: ProseFigure) -> str:
 # section, naming the part it comes from (第 N 部分), moving the sentence after its output, or quoting a paper with
 # 「…」 and a citation; then delete its entry.
 KNOWN_UNANCHORED = {
-    '00_mini_internet.ipynb': {
-        ('0.118', '- **加法的那一份（0.194）大半不是过拟合'),
-        ('0.145', '- **加法的那一份（0.194）大半不是过拟合'),
-        ('0.420', '一行的价格就是这些比特之和；把验证集每一行的价格'),
-        ('1.0', '细节因种子而异：验证集事实行超出的比特，种子 1'),
-        ('12', '下表按文档种类统计，后面列出前 12 行（✓ 真'),
-        ('12', '生成器先选食物形容词、再选服务形容词，连接词是被'),
-        ('48', '事实行的比特几乎都花在开头的人名上：平均 10.'),
-        ('96', '这和生成器的价格是同一个口径；如果像训练时那样把'),
-    },
     '02_inside_tiny_gpt.ipynb': {
         ('1.355', '按文档种类拆开，差别几乎全在加法上：四个头 1.'),
         ('3', '`lib.recipes.inside` 训练了'),
