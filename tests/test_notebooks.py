@@ -484,21 +484,6 @@ def describe(figure: ProseFigure) -> str:
 # section, naming the part it comes from (第 N 部分), moving the sentence after its output, or quoting a paper with
 # 「…」 and a citation; then delete its entry.
 KNOWN_UNANCHORED = {
-    '02_inside_tiny_gpt.ipynb': {
-        ('1.355', '按文档种类拆开，差别几乎全在加法上：四个头 1.'),
-        ('3', '`lib.recipes.inside` 训练了'),
-        ('8', 'pre-LN 的主干本身也很小，所以这一笔算数；'),
-        ('8', '下面画出 8 个头在 `q: where doe'),
-        ('8', '两处不同都能从上面量到的尺度来解释：post-L'),
-        ('8', '所以在我们的两层模型里，决定方向的是嵌入的尺度：'),
-        ('24', '24 个模型的结果，在三个种子之间都是一致的：'),
-        ('24', '下面是 24 个模型的验证损失（对数纵轴；线是三'),
-        ('24', '每种组合三个种子，共 24 个模型，每个训练 1'),
-        ('100', '`lib.recipes.inside` 训练了'),
-        ('100', '这是论文在深的模型上的结论；这一部分的末尾在我们'),
-        ('128', '`lib.recipes.inside` 训练了'),
-        ('1000', '每种组合三个种子，共 24 个模型，每个训练 1'),
-    },
     '04_controlled_comparison.ipynb': {
         ('0.00', '所以自由生成的 0.00 同时量到了"不知道评分'),
         ('0.15', '- **T5 (i.i.d.)**，论文的基线：'),
