@@ -9,6 +9,7 @@ import torch
 
 from lib.measure import answers, evals
 from lib.data import world
+from lib import recipes
 from lib.nn.models import ModelConfig
 
 W = world.build_world()
@@ -114,3 +115,11 @@ def test_addition_completion_scores_an_adder_right_and_an_off_by_one_adder_wrong
 def test_next_char_probs_is_the_softmax_of_the_last_position():
     probs = evals.next_char_probs(ScriptedModel(lambda text: "r" if text.endswith("\n") else None), "ab\n")
     assert max(probs, key=probs.get) == "r" and math.isclose(sum(probs.values()), 1.0, rel_tol=1e-6)
+
+
+def test_the_parts_of_the_excess_by_kind_add_up_to_the_excess_over_the_generators_price():
+    model, _ = recipes.load("base")
+    parts = evals.excess_by_kind(model)
+    assert set(parts) == set(world.KINDS) | {"all"}
+    assert parts["all"] == pytest.approx(evals.bits_per_char(model) - evals.generator_price()["all"], abs=1e-6)
+    assert parts["addition"] > sum(parts[k] for k in world.KINDS if k != "addition")   # what the base model still pays

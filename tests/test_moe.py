@@ -172,3 +172,16 @@ def test_the_router_z_loss_is_the_mean_squared_log_sum_exp():
     moe_layer(x)
     logits = moe_layer.router(x.reshape(12, 8))
     assert torch.allclose(moe_layer.last["z_loss"], (logits.exp().sum(dim=-1).log() ** 2).mean())
+
+
+def test_the_dense_model_trained_for_the_base_models_steps_is_the_base_model():
+    from lib.recipes import base
+    from lib.train import cache
+    assert moe_runs.run("dense", 2, steps=6000).name == "base_seed2"
+    assert cache.checkpoint_key(moe_runs.run("dense", 2, steps=6000)) == cache.checkpoint_key(base.run(2))
+    longer = moe_runs.run("dense", 1, steps=4000)
+    assert longer.name == "dense_steps4000_seed1" and longer.config == {**moe_runs.run_config("dense", 1), "steps": 4000}
+    for e, (mixture, dense) in moe_runs.SWEEP.items():       # the sweep: equal active, equal total parameters
+        assert moe_runs.feed_forward(mixture)["per token"] == 256
+        if dense:
+            assert moe_runs.feed_forward(dense)["in all"] == moe_runs.feed_forward(mixture)["in all"] == 256 * e

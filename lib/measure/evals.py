@@ -4,7 +4,8 @@
 - `bits_per_char`: validation cross-entropy in bits per character, line by line
   (log2 44 = 5.459 is chance for 44 symbols); `char_bits`: where in a line they go;
   `generator_price`: what the generator itself pays on the same lines, line by line, which depends on
-  their mix of kinds (`character_share_by_kind`); `next_char_probs`: the distribution of one next character;
+  their mix of kinds (`character_share_by_kind`); `excess_by_kind`: which kinds of line the bits above that
+  price are paid on; `next_char_probs`: the distribution of one next character;
 - `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
 """
 
@@ -109,6 +110,28 @@ def next_char_probs(model, text: str) -> dict:
     ids = torch.tensor([CHARS.encode(text)[-model.config.context:]])
     probs = model(ids)[0, -1].softmax(-1).tolist()
     return {CHARS.decode([i]): p for i, p in enumerate(probs)}
+
+
+def excess_by_kind(model, lines: list = None) -> dict:
+    """{kind: its part of the model's bits per character above the generator's price}: on the lines of that kind,
+    (`bits_per_char` - `generator_price`) times their share of the characters; the parts of every kind
+    sum to the excess on all the lines ("all").  It says which kind of line a model still pays for.
+
+    >>> class Uniform(torch.nn.Module):
+    ...     def forward(self, ids): return torch.zeros(*ids.shape, len(CHARS))
+    >>> parts = excess_by_kind(Uniform(), ["12+34=46.", "base lives in jelka."])
+    >>> round(parts["addition"] + parts["fact"], 9) == round(parts["all"], 9)
+    True
+    """
+    lines = world.load_text("val").splitlines() if lines is None else lines
+    shares = character_share_by_kind(lines)
+    parts = {}
+    for kind in world.KINDS:
+        chosen = [line for line in lines if world.kind_of(line) == kind]
+        if chosen:
+            parts[kind] = shares[kind] * (bits_per_char(model, chosen) - generator_price(chosen)["all"])
+    parts["all"] = sum(parts.values())
+    return parts
 
 
 def character_share_by_kind(lines: list) -> dict:

@@ -4,6 +4,10 @@
     shares = dropped_shares(model, windows, [0.5, 1.0, 1.25, 2.0])
     counts = expert_counts_by_class(model, lines, layer=0)  # {character class: first choices per expert}
     z = router_z_loss(model, windows)                # ST-MoE's router z-loss, mean over the layers
+    busiest_expert(log, layer=1)                     # (expert, share of the tokens) at the end of training
+    cost = bits_per_char(without_expert(model, 1, e)) - bits_per_char(model)   # what expert e is worth
+    dropped_by_expert(model, windows, 1.0)           # whose assignments a capacity factor drops, per layer
+    milliseconds = step_milliseconds(untrained_models, windows)   # one training step of each, on this machine
 
 Capacity is a property of a batch: how many tokens an expert may take
 depends on how many tokens were sent together, and which.  In a batch of
@@ -15,12 +19,15 @@ inference in most MoE systems.  Only training batches (windows of text, no
 padding) are cut at the training capacity factor.
 """
 
-from dataclasses import replace
+import math
+import time
 
 import torch
 
 from lib.measure.answers import fact_completion
-from lib.nn.moe import MoEGPT, expert_capacity, queue_positions, with_capacity
+from lib.nn.moe import MoEGPT, expert_capacity, with_capacity
+from lib.objectives.batches import next_token_loss
+from lib.train.loop import OPTIMIZATION, make_optimizer, optimizer_step
 from lib.data.tokenizers import CharTokenizer
 
 CHARS = CharTokenizer()
@@ -46,17 +53,12 @@ def routing(model, ids) -> list:
 
 @torch.no_grad()
 def dropped_shares(model, windows, factors) -> dict:
-    """{capacity factor: share of assignments over capacity} when these windows go through as one batch.
-    The routing itself does not depend on the factor; only who is turned away does."""
-    model(windows)
+    """{capacity factor: share of the assignments turned away, mean over the routed layers} when these windows go
+    through as one batch at that factor (a forward pass each: what a layer drops changes the next layer's input)."""
     shares = {}
     for factor in factors:
-        layers = []
-        for layer in model.moe_layers():
-            chosen = layer.last["chosen"]
-            capacity = expert_capacity(len(chosen), replace(layer.config, capacity_factor=factor))
-            layers.append(float((queue_positions(chosen) >= capacity).float().mean()))
-        shares[factor] = sum(layers) / len(layers)
+        layers = dropped_by_expert(model, windows, factor)
+        shares[factor] = sum(sum(row) / (windows.numel() * model.config.top_k) for row in layers) / len(layers)
     return shares
 
 
@@ -96,3 +98,62 @@ def parameter_counts(model) -> dict:
         return model.parameter_counts()
     total = sum(p.numel() for p in model.parameters())
     return {"total": total, "active": total}
+
+
+def busiest_expert(log: list, layer: int) -> tuple:
+    """(expert, its share of the assignments) of the most loaded expert of a routed layer over the last
+    logging interval of a training log (`trainers.char_lm` logs each layer's load)."""
+    load = log[-1]["load"][layer]
+    expert = max(range(len(load)), key=load.__getitem__)
+    return expert, load[expert]
+
+
+def without_expert(model, layer: int, expert: int):
+    """A copy with no capacity limit in which routed expert `expert` of layer `layer` outputs zero: the router
+    still sends it its tokens, which then get nothing from the routed experts in that layer (with top-1)."""
+    copy = with_capacity(model, None)
+    down = copy.moe_layers()[layer].experts[expert].fc2
+    with torch.no_grad():
+        down.weight.zero_()
+        down.bias.zero_()
+    return copy
+
+
+@torch.no_grad()
+def dropped_by_expert(model, windows, factor) -> list:
+    """For each routed layer, [assignments to expert e turned away, for each e] when windows (B, T) go through as
+    one batch at this capacity factor."""
+    capped = with_capacity(model, factor)
+    capped(windows)
+    return [torch.bincount(layer.last["chosen"][~layer.last["kept"]], minlength=layer.config.n_experts).tolist()
+            for layer in capped.moe_layers()]
+
+
+@torch.no_grad()
+def capacity_state(model, windows, factor) -> dict:
+    """What the first routed layer does with windows (B, T) as one batch at a capacity factor: "sent" (assignments
+    per expert), "capacity" (per expert), and the bits per character of the batch at that factor and with no limit
+    ("bits", "bits_unlimited")."""
+    capped = with_capacity(model, factor)
+    bits = next_token_loss(capped, windows).item() / math.log(2)
+    layer = capped.moe_layers()[0]
+    return {"sent": torch.bincount(layer.last["chosen"].reshape(-1), minlength=layer.config.n_experts).tolist(),
+            "capacity": expert_capacity(len(layer.last["chosen"]), layer.config), "bits": bits,
+            "bits_unlimited": next_token_loss(with_capacity(model, None), windows).item() / math.log(2)}
+
+
+def step_milliseconds(models: dict, windows, repeats: int = 3) -> dict:
+    """{name: milliseconds of one training step (forward, `train.loop.optimizer_step`: backward, clipping, AdamW) on
+    windows (B, T + 1), the fastest of `repeats` after one warm-up step}.  Wall-clock time: it depends on the
+    machine and its load."""
+    config = {**OPTIMIZATION, "steps": repeats + 1}
+    out = {}
+    for name, model in models.items():
+        optimizer = make_optimizer(model, config)
+        times = []
+        for step in range(repeats + 1):
+            start = time.perf_counter()
+            optimizer_step(model, optimizer, next_token_loss(model, windows), step, config)
+            times.append(time.perf_counter() - start)
+        out[name] = min(times[1:]) * 1000
+    return out

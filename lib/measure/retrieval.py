@@ -20,8 +20,13 @@ softmax (`contrastive_loss`) on the pairs of TRAIN_NAMES and tested on
 HELD_OUT_NAMES, people it never saw.  Because both sides share the encoder, a
 trigram of an unseen name maps to the same vector in question and fact.
 
+The dual encoder's pairs are drawn by `name_sampler`: the training people
+uniformly, or (with a decay) some far more often than others, to measure how
+retrieval depends on how often a name was seen (`pair_counts`).
+
 The reader is a char model given the retrieved line before the question
-(`reader_prompt`); `read` returns its greedy answer.
+(`reader_prompt`); `read` returns its greedy answer; `reader_accuracies` and
+`two_passages` are section 07's tables of what it reads.
 """
 
 import math
@@ -29,7 +34,8 @@ import random
 from collections import Counter
 
 from lib.data import world
-from lib.measure.answers import answers
+from lib.measure.answers import answers, fact_completion
+from lib.nn.dual_encoder import trigrams
 
 def _names() -> tuple:
     return world.build_world().names
@@ -146,3 +152,82 @@ def copy_rate(model, names, seed: int = 1) -> float:
     examples = [(name, *counterfactual_example(name, rng)) for name in names]
     got = answers(model, [reader_prompt(passages, name) for name, passages, _ in examples])
     return sum(answer == f" {city}." for answer, (_, _, city) in zip(got, examples)) / len(names)
+
+
+def name_weights(decay: float = None, seed: int = 0) -> dict:
+    """{training person: weight of being drawn into a batch}: all 1 without a decay; with one, decay ** rank, the
+    ranks an order of TRAIN_NAMES shuffled by seed (so that popularity is not tied to a name).
+
+    >>> w = name_weights(0.5, seed=3); sorted(w.values())[-2:], len(w)
+    ([0.5, 1.0], 36)
+    """
+    if decay is None:
+        return {name: 1.0 for name in TRAIN_NAMES}
+    order = list(TRAIN_NAMES)
+    random.Random(seed).shuffle(order)
+    return {name: decay ** rank for rank, name in enumerate(order)}
+
+
+def name_sampler(config: dict):
+    """A function giving the names of one batch of the dual encoder's pairs: config["batch_size"] distinct training
+    people, uniformly (random.sample) or, with config["name_decay"], weighted by `name_weights` (without
+    replacement: the people with the largest rand ** (1 / weight), Efraimidis and Spirakis's draw)."""
+    rng, size = random.Random(config["seed"]), config["batch_size"]
+    if config.get("name_decay") is None:
+        return lambda: rng.sample(TRAIN_NAMES, size)
+    weights = name_weights(config["name_decay"], config["seed"])
+    return lambda: sorted(TRAIN_NAMES, key=lambda n: -rng.random() ** (1 / weights[n]))[:size]
+
+
+def pair_counts(config: dict) -> Counter:
+    """How many of the dual encoder's training pairs were each person's (the sampler replayed, config["steps"]
+    batches); people never drawn are absent."""
+    draw = name_sampler(config)
+    return Counter(name for _ in range(config["steps"]) for name in draw())
+
+
+def name_trigrams_seen(name: str, texts, buckets: int) -> int:
+    """How many of the trigram buckets of `name` (between spaces, as the question and the fact both write it) are
+    buckets of a trigram of `texts` too: the part of the name an encoder trained on `texts` has trained.
+
+    >>> name_trigrams_seen("zuko", ["q: where does zuka live? a:"], 4096)      # " zu", "zuk" shared; "uko", "ko " not
+    2
+    """
+    seen = {t for text in texts for t in trigrams(text, buckets)}
+    return sum(t in seen for t in trigrams(name, buckets))
+
+
+def moved_homes(shift: int = 1) -> dict:
+    """{name: the city `shift` places after their home in world.CITIES}: everyone moved."""
+    home = world.build_world().home
+    return {n: world.CITIES[(world.CITIES.index(c) + shift) % len(world.CITIES)] for n, c in home.items()}
+
+
+def reader_accuracies(model, dense_search) -> dict:
+    """Share of all people a model answers right: with no passage ("closed book"), after the line tf-idf finds,
+    after the line `dense_search` finds, and after the line tf-idf finds in a store where everyone moved
+    (`moved_homes`): answered with the new city ("moved: new") or the old one ("moved: old")."""
+    home, store = world.build_world().home, datastore()
+    people, moved = list(home), moved_homes()
+    moved_store = datastore(moved)
+    edited = read_top1(model, moved_store, people, TfIdfRetriever(moved_store).search)
+    return {"closed book": answer_accuracy(fact_completion(model)["answers"], home),
+            "tf-idf's line": answer_accuracy(read_top1(model, store, people, TfIdfRetriever(store).search), home),
+            "dual encoder's line": answer_accuracy(read_top1(model, store, people, dense_search), home),
+            "moved: new": answer_accuracy(edited, moved), "moved: old": answer_accuracy(edited, home)}
+
+
+def two_passages(model) -> dict:
+    """Two lines before each person's question, their own line and the next person's (`world`'s order, the last
+    person's next is the first): {order: (share answered with their own city, share answered with the other's)}
+    for the own line first and second."""
+    home, store = world.build_world().home, datastore()
+    people = list(home)
+    other = dict(zip(people, people[1:] + people[:1]))
+    out = {}
+    for order in ("own line first", "own line second"):
+        prompts = [reader_prompt([store[n], store[other[n]]][::1 if order == "own line first" else -1], n)
+                   for n in people]
+        got = dict(zip(people, answers(model, prompts)))
+        out[order] = (answer_accuracy(got, home), answer_accuracy(got, {n: home[other[n]] for n in people}))
+    return out

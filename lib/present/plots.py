@@ -219,3 +219,32 @@ def token_columns(columns: dict, values: list, marked: list, value_label: str, t
     fig.colorbar(image, ax=ax, shrink=0.6, pad=0.02, label=value_label)
     ax.set_title(title, fontsize=9, pad=16)
     return fig
+
+
+def expert_loads(ax, log: list, layer: int, title: str = ""):
+    """Each expert's share of a routed layer's assignments over training (a `trainers.char_lm` log of a mixture
+    of experts: one line per expert) and the uniform share (dotted)."""
+    steps = [row["step"] for row in log]
+    load = torch.tensor([row["load"][layer] for row in log])                 # (rows, experts)
+    for e in range(load.shape[1]):
+        ax.plot(steps, load[:, e], label=f"expert {e}")
+    ax.axhline(1 / load.shape[1], color="0.4", linestyle=":", label="uniform")
+    ax.set_title(title, fontsize=10)
+    ax.set_ylabel("share of tokens")
+    return ax
+
+
+def capacity_bars(ax, sent: list, capacity: int, title: str = ""):
+    """Assignments sent to each expert against its capacity (dashed): the part of a bar up to the capacity is
+    blue (kept), the part above it red (dropped)."""
+    experts = range(len(sent))
+    kept = [min(n, capacity) for n in sent]
+    ax.bar(experts, kept, color="#4393c3", label="kept")
+    ax.bar(experts, [n - k for n, k in zip(sent, kept)], bottom=kept, color="#b2182b", label="dropped")
+    ax.axhline(capacity, color="0.3", linestyle="--", label=f"capacity {capacity:,}")
+    ax.set_xticks(list(experts))
+    ax.set_xlabel("expert")
+    ax.set_ylabel("assignments sent")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+    return ax

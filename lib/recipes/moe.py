@@ -12,6 +12,15 @@ everything else stay TinyGPT's), each over three seeds:
     moe_shared            1 shared + 7 routed experts of hidden 128, top-1  active = dense, total = dense_wide
     moe_top1_no_balance   moe_top1 without the balancing loss
 
+Two sweeps ask what the extra parameters buy (`SWEEP`): top-1 mixtures of
+E experts of hidden 256 (E = 1 is the dense MLP: a router over one expert
+always gives it the gate 1), so that every token uses the dense model's
+parameters; and dense MLPs as wide as the mixtures are big (hidden 256 * E),
+so that every token uses them all.  A control for the shared expert,
+moe_no_shared, is moe_shared without its shared expert (7 routed experts of
+hidden 128, top-1).  The dense model is also trained for longer (LONGER): with
+6,000 steps it is the base model itself (`run` returns the base model's run).
+
 Every run reads the same windows as the base model (seeded the same way), with
 the base model's optimisation and schedule, for STEPS steps (a third of the
 base model's 6,000, so that all 18 runs fit in one evening on 2 cores).  The
@@ -27,6 +36,7 @@ assignments and its balancing loss (`lib.trainers.char_lm`).
 from lib.nn.models import ModelConfig
 from lib.nn.moe import MoEConfig
 from lib.recipes.base import BASE_MODEL
+from lib.recipes.base import run as base_run
 from lib.train.cache import Run
 from lib.trainers.char_lm import train_char_lm
 
@@ -41,9 +51,23 @@ VARIANTS = {  # name -> (the MoEConfig fields of its feed-forward layers, weight
     "moe_shared": ({"n_experts": 7, "top_k": 1, "expert_hidden": 128, "n_shared": 1}, BALANCE),
     "moe_top1_no_balance": ({"n_experts": 4, "top_k": 1, "expert_hidden": 256}, 0.0),
 }
+MAIN = tuple(VARIANTS)           # the six variants every table of the section compares
+VARIANTS.update({
+    "moe_top1_e2": ({"n_experts": 2, "top_k": 1, "expert_hidden": 256}, BALANCE),
+    "moe_top1_e8": ({"n_experts": 8, "top_k": 1, "expert_hidden": 256}, BALANCE),
+    "moe_top1_e16": ({"n_experts": 16, "top_k": 1, "expert_hidden": 256}, BALANCE),
+    "dense_h512": ({"n_experts": 0, "n_shared": 1, "expert_hidden": 512}, 0.0),
+    "dense_h2048": ({"n_experts": 0, "n_shared": 1, "expert_hidden": 2048}, 0.0),
+    "moe_no_shared": ({"n_experts": 7, "top_k": 1, "expert_hidden": 128}, BALANCE),
+})
+# the sweep: E -> (top-1 mixture of E experts of hidden 256, dense MLP of hidden 256 * E); no dense of hidden 4,096
+# (a third of an hour per run on 2 cores)
+SWEEP = {1: ("dense", "dense"), 2: ("moe_top1_e2", "dense_h512"), 4: ("moe_top1", "dense_wide"),
+         8: ("moe_top1_e8", "dense_h2048"), 16: ("moe_top1_e16", None)}
+LONGER = (4000, BASE_MODEL["steps"])     # the dense model's longer schedules
 
 
-def run_config(variant: str, seed: int = 0) -> dict:
+def run_config(variant: str, seed: int = 0, steps: int = STEPS) -> dict:
     """The base model's recipe for STEPS steps with this variant's feed-forward layers (the key hashes it).
 
     >>> c = run_config("moe_top2"); c["steps"], c["model"]["n_experts"], c["model"]["top_k"], c["balance"]
@@ -55,17 +79,43 @@ def run_config(variant: str, seed: int = 0) -> dict:
     model = (ModelConfig() if experts is None else
              MoEConfig(**experts, capacity_factor=CAPACITY_FACTOR if experts["n_experts"] else None))
     return {**BASE_MODEL, "network": "tinygpt" if experts is None else "moe", "variant": variant,
-            "model": model.to_dict(), "balance": balance, "steps": STEPS, "eval_every": EVAL_EVERY, "seed": seed}
+            "model": model.to_dict(), "balance": balance, "steps": steps, "eval_every": EVAL_EVERY, "seed": seed}
 
 
-def run_name(variant: str, seed: int = 0) -> str:
-    return variant + (f"_seed{seed}" if seed else "")
+def run_name(variant: str, seed: int = 0, steps: int = STEPS) -> str:
+    """<variant>[_steps<n>][_seed<s>]; the dense model's 6,000 steps are the base model's checkpoints.
+
+    >>> run_name("moe_top1", seed=1), run_name("dense", 2, steps=4000), run_name("dense", 1, steps=6000)
+    ('moe_top1_seed1', 'dense_steps4000_seed2', 'base_seed1')
+    """
+    return run(variant, seed, steps).name
 
 
-def run(variant: str, seed: int = 0) -> Run:
-    return Run(run_name(variant, seed), run_config(variant, seed), train_char_lm)
+def run(variant: str, seed: int = 0, steps: int = STEPS) -> Run:
+    if variant == "dense" and steps == BASE_MODEL["steps"]:
+        return base_run(seed)      # the same recipe: the base model's config plus keys its network ignores
+    name = variant + (f"_steps{steps}" if steps != STEPS else "") + (f"_seed{seed}" if seed else "")
+    return Run(name, run_config(variant, seed, steps), train_char_lm)
 
 
 def runs() -> list:
-    """Six variants over three seeds."""
-    return [run(variant, seed) for seed in SEEDS for variant in VARIANTS]
+    """Every variant over three seeds, and the dense model's longer schedules."""
+    return ([run(variant, seed) for seed in SEEDS for variant in VARIANTS]
+            + [run("dense", seed, steps) for steps in LONGER for seed in SEEDS])
+
+
+def feed_forward(variant: str) -> dict:
+    """A variant's feed-forward layer in words and widths: the routed experts, the experts every token uses, and
+    the hidden width one token passes through and all of them together.
+
+    >>> feed_forward("moe_shared")["per token"], feed_forward("moe_shared")["in all"]
+    (256, 1024)
+    """
+    c = run_config(variant)["model"]
+    if "n_experts" not in c:                                   # TinyGPT's own MLP
+        return {"routed": "-", "every token": f"the MLP, hidden {4 * c['d_model']}",
+                "per token": 4 * c["d_model"], "in all": 4 * c["d_model"]}
+    h, routed = c["expert_hidden"], c["n_experts"]
+    return {"routed": f"{routed} x hidden {h}, top-{c['top_k']}" if routed else "-",
+            "every token": f"{c['n_shared']} x hidden {h}" if c["n_shared"] else "-",
+            "per token": (c["top_k"] * (routed > 0) + c["n_shared"]) * h, "in all": (routed + c["n_shared"]) * h}

@@ -4,7 +4,7 @@
     reader, log = train_reader(config, parents=(base_model,))
 
 The dual encoder trains on the question/fact pairs of `retrieval.TRAIN_NAMES`
-(random batches, the in-batch softmax); its log holds the top-1 retrieval
+(random batches, `retrieval.name_sampler`; the in-batch softmax); its log holds the top-1 retrieval
 accuracy over all 48 facts for the training people and for the held-out ones.
 
 The reader starts from its parent (the base model) and is fine-tuned on prompts
@@ -34,12 +34,12 @@ from lib.train.loop import fit
 @trainer("dual_encoder", version=1)
 def train_dual_encoder(config: dict, parents=(), desc: str = "train"):
     seed_everything(config["seed"])
-    rng = random.Random(config["seed"])
     encoder = DualEncoder(DualEncoderConfig(**config["model"]))
     store = retrieval.datastore()
+    draw = retrieval.name_sampler(config)
 
     def get_batch():
-        return [(retrieval.question(n), store[n]) for n in rng.sample(retrieval.TRAIN_NAMES, config["batch_size"])]
+        return [(retrieval.question(n), store[n]) for n in draw()]
 
     def evaluate(e):
         search = lambda query: e.search(query, store)
