@@ -100,7 +100,8 @@ def test_two_passages_score_the_own_and_the_other_line_in_both_orders(monkeypatc
     assert len(set(home.values())) > 1
     people = list(home)
     same = sum(home[a] == home[b] for a, b in zip(people, people[1:] + people[:1])) / len(people)
-    assert got["own line first"] == (1.0, same) and got["own line second"] == (same, 1.0)
+    assert got["own line first"] == (1.0, same, 0.0) and got["own line second"] == (same, 1.0, 0.0)
+    assert got["other line only"] == (same, 1.0, 0.0)
 
 
 def test_the_skewed_sampler_draws_distinct_people_as_often_as_their_weights_say():

@@ -218,16 +218,19 @@ def reader_accuracies(model, dense_search) -> dict:
 
 
 def two_passages(model) -> dict:
-    """Two lines before each person's question, their own line and the next person's (`world`'s order, the last
-    person's next is the first): {order: (share answered with their own city, share answered with the other's)}
-    for the own line first and second."""
+    """Lines before each person's question: their own and the next person's (`world`'s order, the last person's
+    next is the first), in both orders, and the next person's line alone (a control: does the model check the
+    name?): {order: (share answered with their own city, share answered with the other line's city, share
+    answered with neither)}; the first two overlap where the two people live in the same city."""
     home, store = world.build_world().home, datastore()
     people = list(home)
     other = dict(zip(people, people[1:] + people[:1]))
+    orders = {"own line first": lambda n: [store[n], store[other[n]]],
+              "own line second": lambda n: [store[other[n]], store[n]],
+              "other line only": lambda n: [store[other[n]]]}
     out = {}
-    for order in ("own line first", "own line second"):
-        prompts = [reader_prompt([store[n], store[other[n]]][::1 if order == "own line first" else -1], n)
-                   for n in people]
-        got = dict(zip(people, answers(model, prompts)))
-        out[order] = (answer_accuracy(got, home), answer_accuracy(got, {n: home[other[n]] for n in people}))
+    for order, passages in orders.items():
+        got = dict(zip(people, answers(model, [reader_prompt(passages(n), n) for n in people])))
+        neither = sum(got[n] not in (f" {home[n]}.", f" {home[other[n]]}.") for n in people) / len(people)
+        out[order] = (answer_accuracy(got, home), answer_accuracy(got, {n: home[other[n]] for n in people}), neither)
     return out
