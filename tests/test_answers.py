@@ -1,7 +1,5 @@
 """Batched greedy answers are the answers one prompt at a time."""
 
-import pytest
-
 from lib.measure import answers, evals
 from lib.data import world
 from lib.measure.ablations import ablate
@@ -26,14 +24,3 @@ def test_fact_completion_asks_everyone_as_one_at_a_time_would():
         assert result["answers"] == one_by_one
         assert result["accuracy"] == sum(one_by_one[n] == f" {w.home[n]}." for n in w.names) / len(w.names)
     assert answers.fact_completion(broken)["accuracy"] < 1.0
-
-
-
-def test_city_bits_price_only_the_answer_of_every_persons_question():
-    model, _ = recipes.load("base")
-    w = world.build_world()
-    lines = [f"q: where does {n} live? a: {w.home[n]}." for n in w.names]
-    answer_chars = sum(len(f" {w.home[n]}.") + 1 for n in w.names)
-    by_hand = sum(sum(evals.char_bits(model, line)[line.index(" a:") + 3:]) for line in lines) / answer_chars
-    assert answers.city_bits(model) == pytest.approx(by_hand, rel=1e-5)
-    assert answers.city_bits(model) < 0.5 * evals.bits_per_char(model, lines)   # the names cost more than the answers

@@ -3,7 +3,6 @@
     answers(model, ["\\nq: where does base live? a:", "\\n12+30="])   # greedy completions, up to the newline
     fact_completion(model)      # {"accuracy", "answers", "correct"}: every person asked where they live
     addition_completion(model)  # {(a, b): right?}: every pair of operands, greedy after "a+b="
-    city_bits(model)            # bits per character of every person's answer, " city." and its newline
 
 `evals.generate` continues prompts of one length together; `answers` groups
 any prompts by their length, so a set of questions costs a few batched passes
@@ -42,10 +41,3 @@ def addition_completion(model, pairs=None) -> dict:
     pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)] if pairs is None else pairs
     got = answers(model, [f"\n{a}+{b}=" for a, b in pairs], max_new=5)
     return {(a, b): said == f"{a + b}." for (a, b), said in zip(pairs, got)}
-
-
-def city_bits(model) -> float:
-    """Bits per character the model pays for the answers of the world's question about every person (" city."
-    and the closing newline, after `q: where does NAME live? a:`): how surely it knows where people live."""
-    w = world.build_world()
-    return evals.bits_per_char(model, [f"q: where does {n} live? a: {w.home[n]}." for n in w.names], after=" a:")
