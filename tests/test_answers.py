@@ -24,3 +24,11 @@ def test_fact_completion_asks_everyone_as_one_at_a_time_would():
         assert result["answers"] == one_by_one
         assert result["accuracy"] == sum(one_by_one[n] == f" {w.home[n]}." for n in w.names) / len(w.names)
     assert answers.fact_completion(broken)["accuracy"] < 1.0
+
+
+def test_fact_recall_reads_the_fact_lines_form_and_counts_only_the_right_city():
+    model, _ = recipes.load("base")                 # trained on lines "NAME lives in CITY."
+    home = world.build_world().home
+    assert answers.fact_recall(model, home) == 1.0
+    wrong = dict(zip(home, list(home.values())[1:] + list(home.values())[:1]))   # everyone moved to a neighbour's city
+    assert answers.fact_recall(model, wrong) == sum(a == b for a, b in zip(home.values(), wrong.values())) / len(home)

@@ -115,3 +115,18 @@ def test_the_skewed_sampler_draws_distinct_people_as_often_as_their_weights_say(
     assert counts[ranked[0]] > 300 > counts[ranked[8]] > counts.get(ranked[-1], 0)
     uniform = retrieval.pair_counts({**config, "name_decay": None})
     assert max(uniform.values()) < 2 * min(uniform.values())
+
+
+def test_the_expert_before_the_answer_is_the_route_of_the_space_after_lives_in():
+    from lib.recipes import moe as moe_runs
+    from lib.trainers.char_lm import build_network
+    torch.manual_seed(0)
+    model = build_network(moe_runs.fact_run("facts_experts").config).eval()
+    for moe_layer in model.moe_layers():      # untrained routers send every name to one expert: make them sharp
+        torch.nn.init.normal_(moe_layer.router.weight, std=30.0)
+    names = list(world.fact_world(40))
+    for layer in (0, 1):
+        found = moe_evals.expert_before_answer(model, names, layer)
+        one_by_one = {n: moe_evals.routing(with_capacity(model, None), torch.tensor([moe_evals.CHARS.encode(
+            f"\n{n} lives in ")]))[layer][0, -1].item() for n in names}
+        assert found == one_by_one and len(set(found.values())) > 1

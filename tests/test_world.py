@@ -64,3 +64,12 @@ def test_entropy_floor_is_below_chance_and_consistent():
 def test_invented_names_are_no_other_word_of_the_world():
     words = set(world.CITIES) | set(world.FOODS) | set(world.FOOD_ADJECTIVES) | set(world.SERVICE_ADJECTIVES)
     assert not words & set(world.build_world().names)
+
+
+def test_the_fact_world_is_another_world_and_its_text_states_every_fact_once_per_shuffle():
+    home = world.fact_world(300)
+    assert home == world.fact_world(300) and len(home) == 300       # the same people again: cached, seeded
+    lines = world.fact_text(home, shuffles=3).splitlines()
+    assert len(lines) == 900 and set(lines) == {f"{n} lives in {c}." for n, c in home.items()}
+    assert lines[:300] != lines[300:600]                             # each pass in another order
+    assert set(world.fact_text(home)) <= set(world.ALPHABET)         # the model's characters

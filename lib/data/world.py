@@ -277,6 +277,30 @@ def entropy_floor() -> dict:
     return floor
 
 
+@lru_cache(maxsize=None)
+def fact_world(people: int, seed: int = SEED + 1) -> dict:
+    """{name: city} of a world of facts only, far larger than the mini internet's 48 people if asked: names
+    invented and homes drawn as `build_world` does (another seed, so that it is another world).
+
+    >>> home = fact_world(1000); len(home), len(set(home)), set(home.values()) == set(CITIES)
+    (1000, 1000, True)
+    """
+    rng = random.Random(seed)
+    names = _invent_names(rng, people, taken=set(CITIES))
+    return {name: rng.choice(CITIES) for name in names}
+
+
+def fact_text(home: dict, shuffles: int = 8, seed: int = SEED) -> str:
+    """Every fact of `home` as a line (`name lives in city.`), `shuffles` times, each time in another order: the
+    whole training text of a facts-only world, one line per fact per shuffle."""
+    rng, lines = random.Random(seed), [f"{name} lives in {city}." for name, city in home.items()]
+    text = []
+    for _ in range(shuffles):
+        rng.shuffle(lines)
+        text += lines
+    return "".join(line + "\n" for line in text)
+
+
 def write_data(directory: Path = DATA_DIR, seed: int = SEED) -> list:
     """Write train.txt and val.txt; return the paths written."""
     world = build_world(seed)

@@ -3,6 +3,8 @@
     answers(model, ["\\nq: where does base live? a:", "\\n12+30="])   # greedy completions, up to the newline
     fact_completion(model)      # {"accuracy", "answers", "correct"}: every person asked where they live
     addition_completion(model)  # {(a, b): right?}: every pair of operands, greedy after "a+b="
+    fact_recalled(model, home)  # {name: right?}: greedy after `NAME lives in`, for {name: city} of a facts-only world
+    fact_recall(model, home)    # the share of them recalled
 
 `evals.generate` continues prompts of one length together; `answers` groups
 any prompts by their length, so a set of questions costs a few batched passes
@@ -41,3 +43,15 @@ def addition_completion(model, pairs=None) -> dict:
     pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)] if pairs is None else pairs
     got = answers(model, [f"\n{a}+{b}=" for a, b in pairs], max_new=5)
     return {(a, b): said == f"{a + b}." for (a, b), said in zip(pairs, got)}
+
+
+def fact_recalled(model, home: dict) -> dict:
+    """{name: whether the model completes `NAME lives in`, greedily, with " CITY."} for the people of `home`
+    ({name: city}; a facts-only world's question: `world.fact_world`)."""
+    got = answers(model, [f"\n{name} lives in" for name in home], max_new=8)
+    return {name: said == f" {city}." for said, (name, city) in zip(got, home.items())}
+
+
+def fact_recall(model, home: dict) -> float:
+    """The share of the people of `home` the model recalls (`fact_recalled`)."""
+    return sum(fact_recalled(model, home).values()) / len(home)

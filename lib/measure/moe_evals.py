@@ -7,6 +7,7 @@
     busiest_expert(log, layer=1)                     # (expert, share of the tokens) at the end of training
     cost = bits_per_char(without_expert(model, 1, e)) - bits_per_char(model)   # what expert e is worth
     dropped_by_expert(model, windows, 1.0)           # whose assignments a capacity factor drops, per layer
+    expert_before_answer(model, names, layer=1)      # {name: expert at the position that predicts its city}
     milliseconds = step_milliseconds(untrained_models, windows)   # one training step of each, on this machine
 
 Capacity is a property of a batch: how many tokens an expert may take
@@ -85,6 +86,18 @@ def expert_counts_by_class(model, lines: list, layer: int = 0) -> dict:
             for ch, expert in zip(text, row):             # the token at position i is the character text[i]
                 counts[char_class(ch)][expert] += 1
     return {name: row for name, row in counts.items() if sum(row)}
+
+
+def expert_before_answer(model, names, layer: int) -> dict:
+    """{name: the first-choice expert of routed layer `layer` at the position that predicts the first letter of
+    the city}, the space of `NAME lives in ` (a facts-only world's fact line), read with no capacity limit."""
+    unlimited, by_length, found = with_capacity(model, None), {}, {}
+    for name in names:
+        by_length.setdefault(len(name), []).append(name)
+    for group in by_length.values():
+        chosen = routing(unlimited, torch.tensor([CHARS.encode(f"\n{name} lives in ") for name in group]))[layer]
+        found |= dict(zip(group, chosen[:, -1].tolist()))
+    return {name: found[name] for name in names}
 
 
 def fact_accuracy(model) -> float:

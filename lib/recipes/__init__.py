@@ -13,6 +13,7 @@ table is named and configured.
 """
 
 import difflib
+import functools
 
 from lib.recipes import base, comparison, electra, inside, moe, retrieval, ul2
 from lib.train import cache
@@ -33,9 +34,14 @@ def all_runs() -> list:
     return list(found.values())
 
 
+@functools.cache
+def _runs_by_name() -> dict:
+    return {r.name: r for r in all_runs()}     # built once per process: the tables are code, fixed while it runs
+
+
 def run(name: str) -> cache.Run:
     """The Run of the checkpoint called `name`; an unknown name is an error that lists the closest known ones."""
-    runs = {r.name: r for r in all_runs()}
+    runs = _runs_by_name()
     if name not in runs:
         close = difflib.get_close_matches(name, runs, n=5, cutoff=0.5)
         raise KeyError(f"no run is called {name!r}" + (f"; did you mean {close}?" if close else "")

@@ -21,7 +21,19 @@ moe_no_shared, is moe_shared without its shared expert (7 routed experts of
 hidden 128, top-1).  The dense model is also trained for longer (LONGER): with
 6,000 steps it is the base model itself (`run` returns the base model's run).
 
-Every run reads the same windows as the base model (seeded the same way), with
+A world too big for the dense model (`FACT_VARIANTS`): the same question on
+a facts-only text of FACT_PEOPLE people (`world.fact_world`; each fact 8 times
+in shuffled order), learned by models of width 32 (a d = 32 TinyGPT, 29,952
+parameters), for FACT_STEPS steps, the log recording the share of people
+recalled every FACT_EVAL_EVERY steps:
+
+    facts_dense     TinyGPT's MLP, hidden 128                               active = total
+    facts_experts   4 experts of hidden 128, top-1                          active = dense, total = facts_wide
+    facts_wide      one MLP of hidden 512                                   active = total = facts_experts' total
+
+and facts_dense also for twice the steps (facts_dense_steps32000).
+
+Every other run reads the same windows as the base model (seeded the same way), with
 the base model's optimisation and schedule, for STEPS steps (a third of the
 base model's 6,000, so that all 18 runs fit in one evening on 2 cores).  The
 MoE loss adds BALANCE x the balancing loss averaged over the two layers
@@ -67,6 +79,34 @@ SWEEP = {1: ("dense", "dense"), 2: ("moe_top1_e2", "dense_h512"), 4: ("moe_top1"
 LONGER = (4000, BASE_MODEL["steps"])     # the dense model's longer schedules
 
 
+FACT_PEOPLE, FACT_STEPS, FACT_EVAL_EVERY = 3000, 16000, 1000
+FACT_WIDTH = {"d_model": 32, "n_heads": 4}
+FACT_VARIANTS = {  # name -> (the MoEConfig fields of its feed-forward layers, weight of the balancing loss)
+    "facts_dense": (None, 0.0),
+    "facts_experts": ({"n_experts": 4, "top_k": 1, "expert_hidden": 128}, BALANCE),
+    "facts_wide": ({"n_experts": 0, "n_shared": 1, "expert_hidden": 512}, 0.0),
+}
+FACT_LONGER = 2 * FACT_STEPS     # facts_dense's longer schedule
+
+
+def fact_run(variant: str, seed: int = 0, steps: int = FACT_STEPS) -> Run:
+    """A run of the facts-only world: width 32, FACT_PEOPLE people, the base model's optimisation.
+
+    >>> r = fact_run("facts_experts", 1); r.name, r.config["fact_world"], r.config["model"]["d_model"]
+    ('facts_experts_seed1', 3000, 32)
+    """
+    if variant not in FACT_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(FACT_VARIANTS)}")
+    experts, balance = FACT_VARIANTS[variant]
+    model = (ModelConfig(**FACT_WIDTH) if experts is None else
+             MoEConfig(**FACT_WIDTH, **experts, capacity_factor=CAPACITY_FACTOR if experts["n_experts"] else None))
+    config = {**BASE_MODEL, "network": "tinygpt" if experts is None else "moe", "variant": variant,
+              "model": model.to_dict(), "balance": balance, "steps": steps, "eval_every": FACT_EVAL_EVERY,
+              "seed": seed, "fact_world": FACT_PEOPLE}
+    name = variant + (f"_steps{steps}" if steps != FACT_STEPS else "") + (f"_seed{seed}" if seed else "")
+    return Run(name, config, train_char_lm)
+
+
 def run_config(variant: str, seed: int = 0, steps: int = STEPS) -> dict:
     """The base model's recipe for STEPS steps with this variant's feed-forward layers (the key hashes it).
 
@@ -99,19 +139,21 @@ def run(variant: str, seed: int = 0, steps: int = STEPS) -> Run:
 
 
 def runs() -> list:
-    """Every variant over three seeds, and the dense model's longer schedules."""
+    """Every variant over three seeds, the dense model's longer schedules, and the facts-only world's runs."""
     return ([run(variant, seed) for seed in SEEDS for variant in VARIANTS]
-            + [run("dense", seed, steps) for steps in LONGER for seed in SEEDS])
+            + [run("dense", seed, steps) for steps in LONGER for seed in SEEDS]
+            + [fact_run(variant, seed) for seed in SEEDS for variant in FACT_VARIANTS]
+            + [fact_run("facts_dense", seed, FACT_LONGER) for seed in SEEDS])
 
 
 def feed_forward(variant: str) -> dict:
-    """A variant's feed-forward layer in words and widths: the routed experts, the experts every token uses, and
+    """A variant's (or a fact world variant's) feed-forward layer in words and widths: the routed experts, the experts every token uses, and
     the hidden width one token passes through and all of them together.
 
     >>> feed_forward("moe_shared")["per token"], feed_forward("moe_shared")["in all"]
     (256, 1024)
     """
-    c = run_config(variant)["model"]
+    c = (fact_run(variant) if variant in FACT_VARIANTS else run(variant)).config["model"]
     if "n_experts" not in c:                                   # TinyGPT's own MLP
         return {"routed": "-", "every token": f"the MLP, hidden {4 * c['d_model']}",
                 "per token": 4 * c["d_model"], "in all": 4 * c["d_model"]}

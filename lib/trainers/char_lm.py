@@ -12,6 +12,11 @@ network differs between runs, named by config["network"]:
     gru       lib.nn.recurrent.GRU...       one GRU layer, the same parameter budget
     moe       lib.nn.moe.MoEGPT             experts in place of the MLPs
 
+With config["fact_world"] = N the text is a facts-only world of N people
+(`world.fact_world`, `world.fact_text`) instead of the mini internet, and the
+log records the share of them it recalls (`answers.fact_recall`) instead of
+the validation loss: section 07's test of how many facts a model can hold.
+
 What else a run logs follows from its network and config: a mixture of experts
 adds its balancing loss (config["balance"]) and logs each layer's routing; with
 config["log_steps"] every row also carries each step's loss and the length of
@@ -22,7 +27,7 @@ import torch
 
 from lib.data import world
 from lib.data.seeding import seed_everything
-from lib.measure import evals
+from lib.measure import answers, evals
 from lib.nn.models import ModelConfig, TinyGPT
 from lib.nn.moe import MoEConfig, MoEGPT, with_capacity
 from lib.nn.post_ln import PostLNGPT
@@ -93,8 +98,10 @@ def train_char_lm(config: dict, parents=(), desc: str = "train"):
     generator = seed_everything(config["seed"])
     model = build_network(config)
     # Windows never end on the text's last character: the base model has always been trained so.
-    stream = torch.tensor(evals.CHARS.encode(world.load_text("train")))[:-1]
-    val = evals.line_batch(world.load_text("val").splitlines())
+    people = config.get("fact_world")
+    home = world.fact_world(people) if people else None
+    stream = torch.tensor(evals.CHARS.encode(world.fact_text(home) if people else world.load_text("train")))[:-1]
+    val = None if people else evals.line_batch(world.load_text("val").splitlines())
     routing, per_step, last = RoutingRecorder(model, config["eval_every"]), {"step_losses": [], "stream_lengths": []}, {}
     if config.get("log_steps"):
         hook = model.blocks[-1].register_forward_hook(lambda module, args, out: last.__setitem__("stream", out[0]))
@@ -120,8 +127,9 @@ def train_char_lm(config: dict, parents=(), desc: str = "train"):
 
     log = fit(model, lambda: random_windows(stream, model.config.context + 1, config["batch_size"], generator),
               loss_fn, config, desc=desc,
-              evaluate=lambda m: {"val_loss": evals.validation_loss(with_capacity(m, None), val), **routing.row(),
-                                  **steps_since_last_row()})
+              evaluate=lambda m: {**({"recall": answers.fact_recall(with_capacity(m, None), home)} if people else
+                                     {"val_loss": evals.validation_loss(with_capacity(m, None), val)}),
+                                  **routing.row(), **steps_since_last_row()})
     if config.get("log_steps"):
         hook.remove()
     return model, log
