@@ -17,7 +17,7 @@ $(STAMP): requirements.txt
 	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
 	# make the repository importable (`import lib`) from every notebook and kernel of this venv
-	$(PY) -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'book_repo.pth').write_text('$(CURDIR)\n')"
+	$(PY) scripts/lab.py --link-repo
 	rm -f $(VENV)/.installed-* && touch $@
 
 book: $(STAMP)

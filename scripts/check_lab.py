@@ -4,13 +4,15 @@ controls moved by real mouse and key events.
     .venv/bin/python scripts/check_lab.py [NOTEBOOK]      # default 03_objectives.ipynb
 
 What a reader does after `make lab`: the notebook is copied the way `scripts/lab.py` copies it (into a
-scratch folder here), JupyterLab serves it, headless chromium (`browser.py`) opens it and runs every
+scratch folder here), JupyterLab serves it, headless chromium (Playwright, `chromium.py`) opens it and runs every
 cell with JupyterLab's own "Run All" command.  Then the first number slider's handle is dragged and the
 first text control (ipywidgets ToggleButtons) gets a mouse click on another label; after each move
 the control's output must change and still be a real view (text or a picture), never a Python error
 or a string literal (quotes and backslash-n shown instead of lines).
 Fails on: a cell that ends in an error, a control that does not change its output, a console error of
 the page, or any change to the committed notebooks in book/.  `.ci/run` runs it after the book check.
+It also prints the resident memory of the JupyterLab server and of the notebook's kernel after the run
+(one reader's share of a JupyterHub).
 """
 
 import hashlib
@@ -25,7 +27,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from browser import chromium
+import psutil
+
+import chromium
 from lab import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +105,13 @@ def start_lab(folder: Path, port: int, token: str):
     raise TimeoutError("JupyterLab did not answer within 120 s")
 
 
+def memory(server) -> str:
+    """The resident memory of the JupyterLab server and of the kernels it started, now."""
+    kernels = psutil.Process(server.pid).children(recursive=True)
+    return (f"memory now: JupyterLab server {psutil.Process(server.pid).memory_info().rss / 2**20:.0f} MB, "
+            f"kernels {sum(k.memory_info().rss for k in kernels) / 2**20:.0f} MB")
+
+
 def move(tab, kind: str, selector: str) -> list:
     """Move the first control of this kind; return the problems seen (empty when it worked)."""
     before = tab.evaluate(f"({CONTROL})({json.dumps(selector)}, 0)")
@@ -108,9 +119,12 @@ def move(tab, kind: str, selector: str) -> list:
         return [f"no {kind} on the page"]
     # A text control's label not selected gets a click (its track is 0: the drag stays put); a slider's
     # handle is dragged a fifth of its track to the right.
-    tab.drag(before["x"], before["y"], before["x"] + before["track"] / 5, before["y"])
+    tab.mouse.move(before["x"], before["y"])
+    tab.mouse.down()
+    tab.mouse.move(before["x"] + before["track"] / 5, before["y"], steps=10)
+    tab.mouse.up()
     try:
-        after = tab.wait_for(f"""(() => {{ const c = ({CONTROL})({json.dumps(selector)}, 0);
+        after = chromium.wait_for(tab, f"""(() => {{ const c = ({CONTROL})({json.dumps(selector)}, 0);
             return c && c.output !== {json.dumps(before["output"])} && c.output.trim() ? c : null; }})()""",
                              timeout=60, what=f"the {kind}'s output to change")
     except TimeoutError as error:
@@ -135,18 +149,17 @@ def main(argv) -> int:
         port, token = free_port(), secrets.token_hex(16)
         server = start_lab(folder, port, token)
         try:
-            with chromium(free_port()) as tab:
-                tab.listen()
-                tab.navigate(f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}")
+            with chromium.page() as (tab, seen):
+                tab.goto(f"http://127.0.0.1:{port}/lab/tree/{name}?token={token}", timeout=180_000)
                 panel = PANEL.replace("NAME", json.dumps(name))
-                tab.wait_for(f"""(() => {{ const p = {panel}; return p && p.sessionContext.session &&
+                chromium.wait_for(tab, f"""(() => {{ const p = {panel}; return p && p.sessionContext.session &&
                                  p.sessionContext.session.kernel && p.sessionContext.session.kernel.status === 'idle'; }})()""",
                              timeout=180, what="the notebook to open with an idle kernel")
                 opened = time.monotonic()
                 # Run All is JupyterLab's command; it acts on the current notebook, so make ours current first.
                 tab.evaluate(f"(() => {{ const p = {panel}; jupyterapp.shell.activateById(p.id); "
-                             "return jupyterapp.commands.execute('notebook:run-all-cells'); })()", await_promise=True)
-                state = tab.wait_for(f"""(() => {{ const s = {STATE.replace("NAME", json.dumps(name))};
+                             "return jupyterapp.commands.execute('notebook:run-all-cells').then(() => true); })()")
+                state = chromium.wait_for(tab, f"""(() => {{ const s = {STATE.replace("NAME", json.dumps(name))};
                     return s.kernel === 'idle' && s.cells.every(c => c.count !== null) ? s : null; }})()""",
                                      timeout=900, what="every cell to run")
                 failed = [(i, c["error"]) for i, c in enumerate(state["cells"]) if c.get("error")]
@@ -155,8 +168,8 @@ def main(argv) -> int:
                       f"{time.monotonic() - opened:.0f} s, {len(failed)} ended in an error")
                 for kind, selector in CONTROLS.items():
                     problems += move(tab, kind, selector)
-                tab.evaluate("1")                                     # drain the last console events
-                problems += [f"console error: {e}" for e in tab.errors]
+                problems += [f"console error: {e}" for e in seen.errors]
+                print(memory(server))
         finally:
             server.terminate()
             server.wait()

@@ -5,7 +5,7 @@ every image loaded, static sliders work, every table fits the content column.
 
 Needs Debian's chromium (`apt-get install chromium`, and `fonts-noto-cjk` for the Chinese text); `.ci/run`
 installs both when missing and runs this after `make test`.  For each page it records every network
-request and console error (via the DevTools protocol, `browser.py`), counts formulas MathJax left unrendered and images
+request and console error (Playwright driving Debian's chromium, `chromium.py`), counts formulas MathJax left unrendered and images
 that did not load, then moves every slider of the page to each combination of positions and checks that
 exactly one pre-computed view is visible and that it is the one the positions select.  Tables (the pandas
 tables of the outputs and the Markdown tables of the prose) must be no wider than the content column and keep
@@ -17,10 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from browser import chromium
+import chromium
 
 SITE = Path(__file__).resolve().parent.parent / "_build" / "html"
-PORT = 9333
 
 MOVE_ALL_SLIDERS = """(() => {
   const report = [];
@@ -70,32 +69,30 @@ RENDERING = """(() => JSON.stringify({
 def main(pages):
     pages = pages or sorted(str(p.relative_to(SITE)) for p in SITE.glob("book/*.html"))
     failures = 0
-    with chromium(PORT) as tab:
+    with chromium.page() as (tab, seen):
         for name in pages:
-            failures += check_page(tab, (SITE / name).resolve())
+            failures += check_page(tab, seen, (SITE / name).resolve())
     print("all pages passed" if not failures else f"{failures} problems")
     return 1 if failures else 0
 
 
-def check_page(tab, path: Path) -> int:
-    tab.listen()
-    tab.navigate(path.as_uri())
+def check_page(tab, seen, path: Path) -> int:
+    seen.requests.clear()
+    seen.errors.clear()
+    tab.goto(path.as_uri())
     time.sleep(3)  # let deferred scripts (MathJax) run
-    tab.evaluate("1")  # drain events
-    outside = [u for u in tab.requests if not (u.startswith(SITE.as_uri()) or u.startswith("data:"))]
+    outside = [u for u in seen.requests if not (u.startswith(SITE.as_uri()) or u.startswith("data:"))]
     shown = json.loads(tab.evaluate(RENDERING))
     report = json.loads(tab.evaluate(MOVE_ALL_SLIDERS))
     wrong = [r for r in report if r["visible"] != r["expected"]]
-    misfit = json.loads(tab.evaluate(TABLES, await_promise=True))
-    errors = tab.errors
-    print(f"{path.name}: {len(tab.requests)} requests, {len(outside)} outside the site {outside[:3]}; "
+    misfit = json.loads(tab.evaluate(TABLES))  # an async function's promise: Playwright awaits it
+    errors = list(seen.errors)
+    print(f"{path.name}: {len(seen.requests)} requests, {len(outside)} outside the site {outside[:3]}; "
           f"{shown['formulas']} formulas, {len(shown['unrendered'])} unrendered {shown['unrendered'][:3]}; "
           f"{shown['images']} images, {len(shown['broken'])} not loaded {shown['broken'][:3]}; "
           f"{len(report)} slider positions checked, {len(wrong)} wrong {wrong[:3]}; "
           f"{len(misfit)} tables wider than the column or with headers on 3+ lines {misfit[:3]}; "
           f"{len(errors)} console errors {errors[:3]}")
-    for method in ("Network.disable", "Runtime.disable", "Log.disable"):
-        tab.call(method)
     return len(outside) + len(shown["unrendered"]) + len(shown["broken"]) + len(wrong) + len(misfit) + len(errors)
 
 

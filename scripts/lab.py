@@ -3,6 +3,7 @@
     python scripts/lab.py                 # prepare _build/lab/, then start JupyterLab there
     python scripts/lab.py --reset NAME    # take the book's version of NAME again (yours goes to backups/)
     python scripts/lab.py --prepare-only  # only prepare the copies
+    python scripts/lab.py --link-repo     # only make `import lib` work in every kernel of this Python
 
 JupyterLab writes into the notebook it has open: autosave, a live slider's output in place of the
 committed static one, a changed kernelspec.  The committed notebooks are the book (the HTML build and
@@ -13,8 +14,11 @@ nbval read them), so a reader works on copies in _build/lab/ (ignored by git):
 - a copy the reader has changed is never overwritten; if the book's notebook changed too, a line says
   so and names the command that takes the new version (the reader's copy is moved to backups/ first).
 
-The notebooks find `lib` through the virtual environment (a .pth file) and their data and checkpoints
-through lib's own paths, so they run the same from the copy.
+The intro page (intro.md) is copied the same way, so a JupyterHub or Binder can open it first.
+
+The notebooks find `lib` through the Python environment (a .pth file, `link_repo`: `make` writes it into
+.venv, binder/postBuild into the image's environment) and their data and checkpoints through lib's own
+paths, so they run the same from the copy.
 """
 
 import argparse
@@ -22,12 +26,14 @@ import hashlib
 import json
 import os
 import shutil
+import site
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ".copies.json"   # {notebook name: sha256 of the book's version it was copied from}
+PAGES = ("*.ipynb", "intro.md")  # what a reader gets a working copy of
 
 
 def digest(path: Path) -> str:
@@ -48,7 +54,7 @@ def prepare(book: Path, lab: Path) -> list:
     should know."""
     lab.mkdir(parents=True, exist_ok=True)
     copied, messages = read_manifest(lab), []
-    for source in sorted(book.glob("*.ipynb")):
+    for source in sorted(p for pattern in PAGES for p in book.glob(pattern)):
         copy, book_sha = lab / source.name, digest(source)
         if not copy.exists():
             shutil.copyfile(source, copy)
@@ -81,12 +87,25 @@ def reset(name: str, book: Path, lab: Path) -> Path:
     return backup
 
 
+def link_repo(repo: Path = ROOT) -> Path:
+    """Write book_repo.pth into this Python's site-packages: `import lib` then works in every kernel that this
+    Python runs, from any folder (the working copies in _build/lab/ included)."""
+    path = Path(site.getsitepackages()[0], "book_repo.pth")
+    path.write_text(f"{repo}\n")
+    return path
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reset", metavar="NAME", action="append", default=[],
                         help="take the book's version of this notebook again (repeatable)")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the copies, do not start JupyterLab")
+    parser.add_argument("--link-repo", action="store_true",
+                        help="only write the .pth file that makes `import lib` work in this Python's kernels")
     args = parser.parse_args(argv)
+    if args.link_repo:
+        print(f"import lib: {ROOT} (written to {link_repo()})")
+        return
     book, lab = ROOT / "book", ROOT / "_build" / "lab"
     for name in args.reset:
         backup = reset(name, book, lab)
