@@ -5,8 +5,9 @@
 # make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
 # make checkpoints  train every missing or stale checkpoint, one process per core, longest first, then §04's
 #                   fine-tuning yardstick (lib.recipes.yardstick) where it is missing
-# make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: about 3 h 20 min on
-#                   2 cores for the 107 runs; Ctrl-C and run it again to resume, `make clean` to start over)
+# make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: hours on 2 cores; the
+#                   plan is printed first, book/teachers.ipynb has it per section; Ctrl-C and run it again to
+#                   resume, `make clean` to start over)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
