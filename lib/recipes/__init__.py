@@ -23,15 +23,20 @@ SECTIONS = {"00": base, "02": inside, "04": comparison, "05": electra, "06": ul2
 
 def all_runs() -> list:
     """The `Run` of every checkpoint under checkpoints/, section by section."""
-    modules = [m for entry in SECTIONS.values() for m in (entry if isinstance(entry, tuple) else (entry,))]
     found = {}
-    for module in modules:
-        for r in module.runs():
+    for number in SECTIONS:
+        for r in section_runs(number):
             # a run two sections share (the base model's seeds) is listed once; one name for two runs is an error
             if r.name in found and cache.checkpoint_key(found[r.name]) != cache.checkpoint_key(r):
-                raise ValueError(f"two different runs are called {r.name!r} ({module.__name__} and another section)")
+                raise ValueError(f"two different runs are called {r.name!r} (section {number} and another)")
             found.setdefault(r.name, r)
     return list(found.values())
+
+
+def section_runs(number: str) -> list:
+    """The runs of a section ("07": its modules' `runs()`); none for a section that trains nothing."""
+    entry = SECTIONS.get(number, ())
+    return [run for module in (entry if isinstance(entry, tuple) else (entry,)) for run in module.runs()]
 
 
 @functools.cache

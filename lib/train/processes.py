@@ -92,6 +92,28 @@ def planned_seconds(seconds: list, processes: int) -> float:
     return max(free)
 
 
+def with_parents(runs: list) -> list:
+    """The runs and every checkpoint they start from (their parents, theirs, ...), each once."""
+    found, todo = {}, list(runs)
+    while todo:
+        run = todo.pop()
+        if run.name not in found:
+            found[run.name] = run
+            todo += run.parents
+    return list(found.values())
+
+
+def cold_seconds(runs: list, processes: int = 2) -> float:
+    """Wall seconds to train these runs and their parents from nothing on `processes` processes, planned as
+    `train_missing` trains them: longest first, the runs that start from another of them after it."""
+    runs = with_parents(runs)
+    seconds = estimated_seconds(runs, recorded_seconds())
+    names = {run.name for run in runs}
+    waits = {run.name: any(parent.name in names for parent in run.parents) for run in runs}
+    groups = [[seconds[name] for name in seconds if waits[name] == later] for later in (False, True)]
+    return sum(planned_seconds(sorted(group, reverse=True), processes) for group in groups if group)
+
+
 def train_missing(runs: list, processes: int = 2, directory: Path = None) -> list:
     """Train the runs whose checkpoints are missing or stale, each in its own training process, `processes`
     at a time, longest first (by `estimated_seconds`).  Returns the names trained.
