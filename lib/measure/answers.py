@@ -5,6 +5,7 @@
     addition_completion(model)  # {(a, b): right?}: every pair of operands, greedy after "a+b="
     fact_recalled(model, home)  # {name: right?}: greedy after `NAME lives in`, for {name: city} of a facts-only world
     fact_recall(model, home)    # the share of them recalled
+    fact_answer_bits(model, home)  # bits paid in all on the answers " CITY." and the newline after `NAME lives in`
 
 `evals.generate` continues prompts of one length together; `answers` groups
 any prompts by their length, so a set of questions costs a few batched passes
@@ -55,3 +56,10 @@ def fact_recalled(model, home: dict) -> dict:
 def fact_recall(model, home: dict) -> float:
     """The share of the people of `home` the model recalls (`fact_recalled`)."""
     return sum(fact_recalled(model, home).values()) / len(home)
+
+
+def fact_answer_bits(model, home: dict) -> float:
+    """Bits the model pays in all on the answers of the fact lines of `home` (" CITY." and the closing newline
+    after `NAME lives in`): what it knows is what a model that only knows the cities' shares pays, less this."""
+    lines = [f"{name} lives in {city}." for name, city in home.items()]
+    return evals.bits_per_char(model, lines, after=" lives in") * sum(len(city) + 3 for city in home.values())
