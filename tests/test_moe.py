@@ -190,10 +190,12 @@ def test_the_dense_model_trained_for_the_base_models_steps_is_the_base_model():
 def test_the_fact_world_runs_pair_equal_active_and_equal_total_parameters():
     from lib.trainers.char_lm import build_network
     count = {v: moe_evals.parameter_counts(build_network(moe_runs.fact_run(v).config)) for v in moe_runs.FACT_VARIANTS}
-    routers = 2 * 32 * 4                     # two layers' routers (d x E, no bias)
+    experts = moe_runs.fact_run("facts_experts").config["model"]
+    layers, d, e = experts["n_layers"], experts["d_model"], experts["n_experts"]
+    routers = layers * d * e                 # each layer's router (d x E, no bias)
     assert count["facts_experts"]["active"] == count["facts_dense"]["total"] + routers
-    # and each layer's four experts have four output biases where the one wide MLP has one
-    assert count["facts_experts"]["total"] == count["facts_wide"]["total"] + routers + 2 * 3 * 32
+    # and each layer's E experts have E output biases where the one wide MLP has one
+    assert count["facts_experts"]["total"] == count["facts_wide"]["total"] + routers + layers * (e - 1) * d
     longer = moe_runs.fact_run("facts_dense", 2, moe_runs.FACT_LONGER)
     assert longer.name == "facts_dense_steps32000_seed2"
     assert longer.config == {**moe_runs.fact_run("facts_dense", 2).config, "steps": 2 * moe_runs.FACT_STEPS}

@@ -21,10 +21,9 @@ moe_no_shared, is moe_shared without its shared expert (7 routed experts of
 hidden 128, top-1).  The dense model is also trained for longer (LONGER): with
 6,000 steps it is the base model itself (`run` returns the base model's run).
 
-A world too big for the dense model (`FACT_VARIANTS`): the same question on
-a facts-only text of FACT_PEOPLE people (`world.fact_world`; each fact 8 times
-in shuffled order), learned by models of width 32 (a d = 32 TinyGPT, 29,952
-parameters), for FACT_STEPS steps, the log recording the share of people
+A world with many more facts (`FACT_VARIANTS`): the same question on a
+facts-only text of FACT_PEOPLE people (`world.fact_world`; each fact 8 times
+in shuffled order), learned by models of width 32, for FACT_STEPS steps, the log recording the share of people
 recalled every FACT_EVAL_EVERY steps:
 
     facts_dense     TinyGPT's MLP, hidden 128                               active = total
@@ -89,22 +88,31 @@ FACT_VARIANTS = {  # name -> (the MoEConfig fields of its feed-forward layers, w
 FACT_LONGER = 2 * FACT_STEPS     # facts_dense's longer schedule
 
 
+def _config(variant: str, table: dict, seed: int, steps: int, eval_every: int, width: dict = None, **extra) -> dict:
+    """The base model's recipe with the feed-forward layers of `variant` (a row of `table`): the config both
+    tables' runs are trained from (the key hashes it)."""
+    if variant not in table:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(table)}")
+    experts, balance, width = *table[variant], width or {}
+    model = (ModelConfig(**width) if experts is None else
+             MoEConfig(**width, **experts, capacity_factor=CAPACITY_FACTOR if experts["n_experts"] else None))
+    return {**BASE_MODEL, "network": "tinygpt" if experts is None else "moe", "variant": variant,
+            "model": model.to_dict(), "balance": balance, "steps": steps, "eval_every": eval_every, "seed": seed,
+            **extra}
+
+
+def _name(variant: str, seed: int, steps: int, usual_steps: int) -> str:
+    return variant + (f"_steps{steps}" if steps != usual_steps else "") + (f"_seed{seed}" if seed else "")
+
+
 def fact_run(variant: str, seed: int = 0, steps: int = FACT_STEPS) -> Run:
     """A run of the facts-only world: width 32, FACT_PEOPLE people, the base model's optimisation.
 
     >>> r = fact_run("facts_experts", 1); r.name, r.config["fact_world"], r.config["model"]["d_model"]
     ('facts_experts_seed1', 3000, 32)
     """
-    if variant not in FACT_VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {list(FACT_VARIANTS)}")
-    experts, balance = FACT_VARIANTS[variant]
-    model = (ModelConfig(**FACT_WIDTH) if experts is None else
-             MoEConfig(**FACT_WIDTH, **experts, capacity_factor=CAPACITY_FACTOR if experts["n_experts"] else None))
-    config = {**BASE_MODEL, "network": "tinygpt" if experts is None else "moe", "variant": variant,
-              "model": model.to_dict(), "balance": balance, "steps": steps, "eval_every": FACT_EVAL_EVERY,
-              "seed": seed, "fact_world": FACT_PEOPLE}
-    name = variant + (f"_steps{steps}" if steps != FACT_STEPS else "") + (f"_seed{seed}" if seed else "")
-    return Run(name, config, train_char_lm)
+    config = _config(variant, FACT_VARIANTS, seed, steps, FACT_EVAL_EVERY, FACT_WIDTH, fact_world=FACT_PEOPLE)
+    return Run(_name(variant, seed, steps, FACT_STEPS), config, train_char_lm)
 
 
 def run_config(variant: str, seed: int = 0, steps: int = STEPS) -> dict:
@@ -113,13 +121,7 @@ def run_config(variant: str, seed: int = 0, steps: int = STEPS) -> dict:
     >>> c = run_config("moe_top2"); c["steps"], c["model"]["n_experts"], c["model"]["top_k"], c["balance"]
     (2000, 8, 2, 0.01)
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
-    experts, balance = VARIANTS[variant]
-    model = (ModelConfig() if experts is None else
-             MoEConfig(**experts, capacity_factor=CAPACITY_FACTOR if experts["n_experts"] else None))
-    return {**BASE_MODEL, "network": "tinygpt" if experts is None else "moe", "variant": variant,
-            "model": model.to_dict(), "balance": balance, "steps": steps, "eval_every": EVAL_EVERY, "seed": seed}
+    return _config(variant, VARIANTS, seed, steps, EVAL_EVERY)
 
 
 def run_name(variant: str, seed: int = 0, steps: int = STEPS) -> str:
@@ -134,8 +136,7 @@ def run_name(variant: str, seed: int = 0, steps: int = STEPS) -> str:
 def run(variant: str, seed: int = 0, steps: int = STEPS) -> Run:
     if variant == "dense" and steps == BASE_MODEL["steps"]:
         return base_run(seed)      # the same recipe: the base model's config plus keys its network ignores
-    name = variant + (f"_steps{steps}" if steps != STEPS else "") + (f"_seed{seed}" if seed else "")
-    return Run(name, run_config(variant, seed, steps), train_char_lm)
+    return Run(_name(variant, seed, steps, STEPS), run_config(variant, seed, steps), train_char_lm)
 
 
 def runs() -> list:
@@ -147,8 +148,8 @@ def runs() -> list:
 
 
 def feed_forward(variant: str) -> dict:
-    """A variant's (or a fact world variant's) feed-forward layer in words and widths: the routed experts, the experts every token uses, and
-    the hidden width one token passes through and all of them together.
+    """A variant's (or a fact world variant's) feed-forward layer in words and widths: the routed experts, the
+    experts every token uses, and the hidden width one token passes through and all of them together.
 
     >>> feed_forward("moe_shared")["per token"], feed_forward("moe_shared")["in all"]
     (256, 1024)
