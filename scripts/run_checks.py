@@ -7,6 +7,10 @@ The checks are independent jobs:
 - strict nbval of each notebook on this machine's CPU kernels, and again on other kernels (generic ATen
   code, MKL's SSE2 branch, oneDNN at SSE4.1): an output that depends on the instruction set fails there on
   every machine, not only on an unlucky one;
+- then, for each notebook, every figure its two nbval runs printed through `plots.fmt`, compared unrounded
+  (`lib.present.figures`): a figure that moves by more than float64's rounding between the two kernel sets
+  depends on the CPU even where both round to the same digits here, and fails (on another machine, another
+  vendor's BLAS, it would print other digits: `lib.measure.precision`);
 - the fingerprint gate (`python -m lib.recipes --check-fingerprints`): the first steps of one run of every
   kind replayed and compared with what its checkpoint stores, so an undeclared change of a trainer fails;
 - the strict book build (warnings are errors).  It renders the committed outputs, so it needs none of the
@@ -30,8 +34,12 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # lib, also where the venv does not link it
+from lib.present import figures  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "_build" / "checks"
+FIGURES = ROOT / "_build" / "figures"       # each nbval run's figures, unrounded (lib.present.figures)
 TIMES = ROOT / "_build" / "check_seconds.json"
 # The same arithmetic on other CPU kernels; read when torch starts, so set for the notebook's kernel process.
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
@@ -51,8 +59,9 @@ def jobs() -> dict:
     notebooks = sorted((ROOT / "book").glob("*.ipynb"))
     for suffix, extra in ((", other kernels", OTHER_KERNELS), ("", {})):
         for notebook in notebooks:
-            found[f"nbval {notebook.stem}{suffix}"] = (nbval + [str(notebook.relative_to(ROOT))],
-                                                        dict(extra, BOOK_STATIC_WIDGETS="1"))
+            figure_log = FIGURES / f"{notebook.stem}{'.other' if extra else ''}.jsonl"
+            found[f"nbval {notebook.stem}{suffix}"] = (nbval + [str(notebook.relative_to(ROOT))], dict(
+                extra, BOOK_STATIC_WIDGETS="1", **{figures.ENV: str(figure_log)}))
     return found
 
 
@@ -73,6 +82,7 @@ def run(processes: int, only=None) -> bool:
             raise SystemExit(f"no job's name contains any of {only}; the jobs: {list(jobs())}")
     order = sorted(todo, key=lambda name: -times.get(name, float("inf")))  # stable: unrecorded jobs keep their order
     LOGS.mkdir(parents=True, exist_ok=True)
+    FIGURES.mkdir(parents=True, exist_ok=True)
     if "book build" in todo:
         shutil.rmtree(ROOT / "_build" / "html", ignore_errors=True)  # no page left over from an earlier build
     running, failed, start = {}, [], time.perf_counter()
@@ -81,6 +91,8 @@ def run(processes: int, only=None) -> bool:
             while order and len(running) < processes:
                 name = order.pop(0)
                 command, extra = todo[name]
+                if figures.ENV in extra:
+                    Path(extra[figures.ENV]).unlink(missing_ok=True)     # the figures of this run only
                 log = LOGS / (re.sub(r"\W+", "_", name) + ".log")
                 with log.open("wb") as out:
                     running[name] = (subprocess.Popen(command, cwd=ROOT, env=dict(os.environ, **extra), stdout=out,
@@ -108,7 +120,29 @@ def run(processes: int, only=None) -> bool:
           "processes")
     for name, log in failed:
         print(f"\n== {name} failed; its log ({log.relative_to(ROOT)}):\n{log.read_text(errors='replace')}")
-    return not failed
+    return same_figures(todo) and not failed
+
+
+def same_figures(todo: dict) -> bool:
+    """For each notebook whose two nbval runs (this machine's kernels, other kernels) were among `todo`: whether
+    every figure they printed agrees unrounded (`figures.differences`); one line per notebook says so."""
+    agree = True
+    for name, (_, extra) in sorted(todo.items()):
+        other = f"{name}, other kernels"
+        if not name.startswith("nbval ") or other not in todo:
+            continue
+        native, generic = figures.read(extra[figures.ENV]), figures.read(todo[other][1][figures.ENV])
+        found = figures.differences(native, generic)
+        if found:
+            agree = False
+            print(f"FAILED figures of {name[6:]}: {len(found)} differ between this machine's kernels and the other "
+                  f"ones by more than {figures.TOLERANCE:g}: computed in float32 somewhere, so they depend on the "
+                  "CPU (lib.measure.precision)\n  " + "\n  ".join(found[:20])
+                  + (f"\n  ... and {len(found) - 20} more" if len(found) > 20 else ""))
+        else:
+            print(f"figures of {name[6:]}: all {len(native)} agree to {figures.TOLERANCE:g} between this machine's "
+                  "kernels and the other ones")
+    return agree
 
 
 def _stop(processes: list, grace: float = 10.0) -> None:

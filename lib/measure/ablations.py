@@ -83,7 +83,7 @@ def ablate(model: MaskedTransformer, zero_positions: bool = False, attention_off
     attention_off = _check_layers(attention_off, n_layers, "attention_off")
     mlp_off = _check_layers(mlp_off, n_layers, "mlp_off")
     # A plain MaskedTransformer with the same parameter names, so the mask is ours to choose.
-    copied = MaskedTransformer(model.config)
+    copied = MaskedTransformer(model.config).to(next(model.parameters()).dtype)   # float64 stays float64
     copied.load_state_dict(copy.deepcopy(model.state_dict()))
     copied.eval()
     if zero_positions and mean_positions:

@@ -21,9 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from lib.data import world
-from lib.data.seeding import seeded_builds
 from lib.data.tokenizers import MASK, TOKENIZER
-from lib.measure import probes, protocols
+from lib.measure import precision, probes, protocols
 from lib.measure.evals import row_at
 from lib.nn.electra import Electra
 from lib.objectives.batches import electra_batch, mlm_batch
@@ -76,7 +75,7 @@ def replacement_diagnosis(model: Electra, ids, config: dict) -> dict:
     classes = [replacement_class(tuple(ids[r].tolist()), c, int(batch.inputs[r, c]))
                for r, c in zip(rows.tolist(), columns.tolist())]
     result = {"generator_accuracy": (generator_logits.argmax(-1) == batch.originals[batch.selected]).float().mean().item(),
-              "discriminator_loss": F.binary_cross_entropy(p[where], batch.replaced[where].float()).item(),
+              "discriminator_loss": F.binary_cross_entropy(p[where], batch.replaced[where].to(p.dtype)).item(),
               "replaced_share": (batch.replaced & batch.selected).sum().item() / batch.selected.sum().item(),
               "false_alarm": flagged[~batch.replaced].float().mean().item(),
               "changing_per_position": classes.count("changing") / batch.replaced.numel()}
@@ -172,10 +171,10 @@ def seed_mean(logs: dict, variant: str, key: str, step: int) -> float:
 
 def untrained_scores(build, inits) -> dict:
     """{"probe_mean_k32", "table_polarity", "table_word_class": [one score per untrained network]}: `build()`
-    seeded with each of `inits` (`seeding.seeded_builds`), the networks a trained encoder's probes are read against."""
+    seeded with each of `inits` (`precision.untrained`: float64), the networks a trained encoder's probes are read against."""
     scores = {"probe_mean_k32": [], "table_polarity": [], "table_word_class": []}
     openings = probes.clause_sequences()
-    for model in seeded_builds(build, inits):
+    for model in precision.untrained(build, inits):
         features = probes.representations(model, "bidirectional", "mean", openings)
         row = {"probe_mean_k32": probes.probe_accuracy(features, 32), **table_probe_results(model)}
         for key in scores:
@@ -240,7 +239,7 @@ def review_losses(model: Electra, bert, ids, config: dict, row: int) -> dict:
     mine = batch.selected.nonzero()[:, 0] == row                                   # the row's selected positions
     generator = F.cross_entropy(generator_logits[mine], batch.originals[row][batch.selected[row]]).item()
     real = batch.loss_mask[row]
-    discriminator = F.binary_cross_entropy(p[row][real], batch.replaced[row][real].float()).item()
+    discriminator = F.binary_cross_entropy(p[row][real], batch.replaced[row][real].to(p.dtype)).item()
     inputs = batch.originals[row:row + 1].masked_fill(batch.selected[row:row + 1], MASK)
     logits = bert(inputs, batch.attention_mask[row:row + 1])[0][batch.selected[row]]
     return {"generator": generator, "discriminator": discriminator, "lambda": config["lambda"],

@@ -28,14 +28,12 @@ Readouts: "mean" / "last" position (single-stack models); for T5 "encoder mean",
 adjective; the decoder state after `<bos> <0>`, where it starts writing what follows).
 """
 
-import copy
-
 import torch
 
 from lib.data import world
-from lib.data.seeding import seeded_builds
 from lib.nn.masks import bidirectional_mask, check_kind, for_kind, hide_padding
 from lib.objectives.batches import pad
+from lib.measure import precision
 from lib.measure.protocols import decoder_logits
 from lib.data.tokenizers import BOS, NEWLINE_WORD, SENTINELS, TOKENIZER
 
@@ -66,7 +64,7 @@ def representations(model, kind: str, readout: str, sequences: list) -> torch.Te
     check_kind(kind)
     if readout not in READOUTS[kind]:
         raise ValueError(f"readout {readout!r} does not exist for {kind}; choose one of {READOUTS[kind]}")
-    model = copy.deepcopy(model).double()
+    model = precision.for_measurement(model)
     ids, is_pad = pad(sequences)
     T, last = ids.shape[1], torch.tensor([len(s) - 1 for s in sequences])
     real = (~is_pad).double()[..., None]
@@ -192,7 +190,7 @@ def untrained_scores(build, kind: str, readouts: tuple, inits, k: int = 32) -> d
     property of that network (where its random embeddings happen to put the 16 adjectives), so the bar a
     trained model must clear is a high percentile of many such networks, not the mean of a few."""
     scores = {readout: [] for readout in readouts}
-    for model in seeded_builds(build, inits):
+    for model in precision.untrained(build, inits):
         for readout in readouts:
             scores[readout].append(probe_accuracy(representations(model, kind, readout, clause_sequences()), k))
     return scores

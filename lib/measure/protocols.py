@@ -36,15 +36,14 @@ the training stream:
     ['\\n', 'review', ':', 'the', 'soup', 'was', 'tasty']
 """
 
-import copy
 import random
 from collections import Counter
 
 import torch
 
+from lib.measure import precision
 from lib.objectives import batches
 from lib.data import world
-from lib.data.seeding import seeded_builds
 from lib.nn.masks import check_kind, encoder_decoder_masks, for_kind, hide_padding
 from lib.objectives.batches import pad
 from lib.objectives.ul2 import FORMS, ask_slot, question_logits
@@ -171,7 +170,7 @@ def rating_margin_auc(model, kind: str, reviews: list) -> float:
     at all (0.5), or in reverse (near 0)."""
     # In float64: a model near "always ok" gives margins only ~1e-6 apart, the size of float32's rounding, which
     # differs between CPU kernels; float64's (~1e-15) does not reorder them, and margins equal to 1e-9 are ties.
-    model = copy.deepcopy(model).double()
+    model = precision.for_measurement(model)
     ids = [line_ids(r) for r in reviews]
     logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])
     margin = [round(m, 9) for m in (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()]
@@ -185,7 +184,7 @@ def untrained_margin_aucs(build, kind: str, reviews: list, inits) -> list:
     The control for a trained model's AUC: the "and" reviews share a handful of adjectives, so a random
     network's margin is a fixed function of which adjectives a review has, and its AUC strays from 0.5 much
     further than a shuffle of the labels does (`auc_null_range`)."""
-    return [rating_margin_auc(model, kind, reviews) for model in seeded_builds(build, inits)]
+    return [rating_margin_auc(model, kind, reviews) for model in precision.untrained(build, inits)]
 
 
 def ranking_auc(positive: list, negative: list) -> float:

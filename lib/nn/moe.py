@@ -225,4 +225,4 @@ def with_capacity(model, capacity_factor):
     with torch.random.fork_rng(devices=[]):      # building a model draws from the global RNG; a copy must not
         copy = MoEGPT(replace(model.config, capacity_factor=capacity_factor))
     copy.load_state_dict(model.state_dict())
-    return copy.eval()
+    return copy.to(next(model.parameters()).dtype).eval()     # a float64 model's copy measures in float64 too

@@ -216,7 +216,7 @@ def electra_batch(masked: StackBatch, generator_logits, generator, temperature: 
     if generator_logits.dim() == 3:
         generator_logits = generator_logits[masked.loss_mask]
     _check_share("temperature", temperature, high=math.inf)
-    logits = generator_logits.detach().float() / temperature                        # (K, V)
+    logits = generator_logits.detach() / temperature                                # (K, V), a new tensor
     logits[:, :FIRST_ORDINARY] = -math.inf        # the generator proposes words, never special tokens
     inputs = masked.targets.clone()
     if len(logits):

@@ -42,5 +42,5 @@ def electra_losses(model: Electra, masked: StackBatch, sampling, selected_only: 
     batch = electra_batch(masked, generator_logits, sampling)                       # samples: no gradient
     logits = model.replaced_logits(batch.inputs, batch.attention_mask)               # (B, T)
     scored = batch.selected if selected_only else batch.loss_mask
-    discriminator_loss = F.binary_cross_entropy_with_logits(logits[scored], batch.replaced[scored].float())
+    discriminator_loss = F.binary_cross_entropy_with_logits(logits[scored], batch.replaced[scored].to(logits.dtype))
     return generator_loss, discriminator_loss, batch

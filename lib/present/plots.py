@@ -1,7 +1,8 @@
 """The book's figures: learning curves, attention heatmaps and bar charts, plus number formatting.
 
 Every printed number goes through `fmt` (fixed decimals), so outputs are
-stable and the prose can quote them exactly.  Figure text is English: the
+stable and the prose can quote them exactly, and `make test` can compare them
+unrounded between two CPUs' kernels (`lib.present.figures`).  Figure text is English: the
 machines that build the book have no CJK font, and the prose around each
 figure says in Chinese what it shows.
 """
@@ -15,6 +16,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 import pandas as pd
 import torch
 
+from lib.present import figures
+
 BITS_PER_NAT = 1 / math.log(2)
 REFERENCE_STYLES = [(0, (1, 1.5)), "--", "-."]     # reference lines: dotted, dashed, dash-dotted
 
@@ -25,6 +28,7 @@ def fmt(x, digits: int = 3) -> str:
     >>> fmt(0.40912), fmt(2, 1), fmt(109056, 0)
     ('0.409', '2.0', '109,056')
     """
+    figures.record(x)      # unrounded, when BOOK_FIGURE_LOG is set: make test compares two CPUs' kernels
     return f"{x:,.{digits}f}"
 
 

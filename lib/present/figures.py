@@ -1,0 +1,64 @@
+"""The figures a notebook prints, recorded unrounded, so that two runs on different CPU kernels can be compared.
+
+    BOOK_FIGURE_LOG=_build/figures/05.jsonl pytest --nbval book/05_electra.ipynb   # every fmt() call appended
+    differences(read(native_log), read(other_log))   # [] when every figure agrees to TOLERANCE
+
+Every number the book prints goes through `plots.fmt` (and `plots.table`, which calls it). When the
+environment variable BOOK_FIGURE_LOG names a file, `fmt` appends each figure to it, unrounded, with the
+line of the notebook cell that printed it (the first caller outside lib/). `make test` runs each notebook on this machine's
+kernels and on other ones (`scripts/run_checks.py`) and compares the two records: a figure that moves by more
+than float64's rounding was computed in float32 somewhere (against the rule of `lib.measure.precision`), and
+some CPU will print other digits for it, even where both runs here happen to round to the same text.
+
+>>> differences([["a.py:3", 0.5], ["a.py:3", 2.0]], [["a.py:3", 0.5 + 1e-12], ["a.py:3", 2.0]])
+[]
+>>> differences([["a.py:3", 0.5085270, "auc = swap(model)"]], [["a.py:3", 0.5084820, "auc = swap(model)"]])
+['figure 1 (auc = swap(model)): 0.508527 vs 0.508482, difference 4.5e-05']
+"""
+
+import json
+import linecache
+import math
+import os
+import sys
+from pathlib import Path
+
+ENV = "BOOK_FIGURE_LOG"
+TOLERANCE = 1e-9       # relative (absolute below 1): float64 noise is ~1e-15, float32's ~1e-7
+LIB = str(Path(__file__).resolve().parent.parent)
+
+
+def record(x) -> None:
+    """Append the figure x (a number) to the file BOOK_FIGURE_LOG names, if it names one."""
+    path = os.environ.get(ENV)
+    if not path:
+        return
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(LIB):
+        frame = frame.f_back              # the notebook's line, not fmt's or table's
+    where = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"   # a cell's file is named by its source
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()[:100]
+    with open(path, "a") as log:
+        log.write(json.dumps([where, float(x), text]) + "\n")
+
+
+def read(path) -> list:
+    """[[where, value, line], ...] from a record (empty when the file does not exist)."""
+    try:
+        with open(path) as log:
+            return [json.loads(line) for line in log]
+    except FileNotFoundError:
+        return []
+
+
+def differences(first: list, second: list, tolerance: float = TOLERANCE) -> list:
+    """One line for each figure that differs between two records of the same notebook (NaN equals NaN)."""
+    if [where for where, *_ in first] != [where for where, *_ in second]:
+        return [f"the runs printed different figures: {len(first)} and {len(second)} in all"]
+    found = []
+    for number, ((_, a, *line), (_, b, *_)) in enumerate(zip(first, second), 1):
+        same = a == b or (math.isnan(a) and math.isnan(b))
+        if not same and not abs(a - b) <= tolerance * max(1.0, abs(a), abs(b)):
+            found.append(f"figure {number} ({line[0] if line else '?'}): {a:.6g} vs {b:.6g}, difference "
+                         f"{abs(a - b):.2g}")
+    return found
