@@ -4,9 +4,9 @@
 
 The checks are independent jobs:
 - the unit tests and doctests (`pytest tests lib`);
-- strict nbval of each notebook on this machine's CPU kernels, and again on other kernels (generic ATen
-  code, MKL's SSE2 branch, oneDNN at SSE4.1): an output that depends on the instruction set fails there on
-  every machine, not only on an unlucky one;
+- strict nbval of each notebook on this machine's CPU kernels, and again on other kernels (MKL's SSE2
+  branch, oneDNN at SSE4.1, ATen's AVX2 code: `figures.OTHER_KERNELS`): an output that depends on the
+  instruction set or the vendor's MKL path fails there on every machine, not only on an unlucky one;
 - then, for each notebook, every figure its two nbval runs printed through `plots.fmt`, compared unrounded
   (`lib.present.figures`): a figure that moves by more than float64's rounding between the two kernel sets
   depends on the CPU even where both round to the same digits here, and fails (on another machine, another
@@ -41,8 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "_build" / "checks"
 FIGURES = ROOT / "_build" / "figures"       # each nbval run's figures, unrounded (lib.present.figures)
 TIMES = ROOT / "_build" / "check_seconds.json"
-# The same arithmetic on other CPU kernels; read when torch starts, so set for the notebook's kernel process.
-OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 
 
 def jobs() -> dict:
@@ -57,7 +55,7 @@ def jobs() -> dict:
     found = {"unit tests": (pytest + ["--durations=10", "tests", "lib"], {}), "book build": (book, {}),
              "fingerprints": (gate, {"BOOK_NO_TRAINING": "1", "TQDM_DISABLE": "1"})}
     notebooks = sorted((ROOT / "book").glob("*.ipynb"))
-    for suffix, extra in ((", other kernels", OTHER_KERNELS), ("", {})):
+    for suffix, extra in ((", other kernels", figures.OTHER_KERNELS), ("", {})):
         for notebook in notebooks:
             figure_log = FIGURES / f"{notebook.stem}{'.other' if extra else ''}.jsonl"
             found[f"nbval {notebook.stem}{suffix}"] = (nbval + [str(notebook.relative_to(ROOT))], dict(

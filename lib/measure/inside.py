@@ -11,7 +11,7 @@
 
 import torch
 
-from lib.measure import answers, evals
+from lib.measure import answers, evals, precision
 from lib.measure.ablations import ablate
 from lib.nn.models import ModelConfig, TinyGPT, split_heads
 from lib.nn.post_ln import PostLNGPT
@@ -173,4 +173,5 @@ def initial_gradients(n_layers: int, init: str, windows, seed: int = 0) -> dict:
                     torch.nn.init.normal_(module.weight, std=embedding_std)
     post = PostLNGPT(config)
     post.load_state_dict({k: v for k, v in pre.state_dict().items() if not k.startswith("ln_f.")})
+    pre, post = (precision.for_measurement(m, copy_model=False) for m in (pre, post))   # drawn in float32
     return {name: block_writes(m, windows)[-1]["gradient"] for name, m in (("pre-LN", pre), ("post-LN", post))}
