@@ -149,10 +149,13 @@ def test_same_checkpoint_compares_weights_log_and_key_bit_for_bit(tmp_path):
     torch.save(saved, tmp_path / "a.pt")
     torch.save(saved, tmp_path / "b.pt")  # a NaN in the log (a share of nothing) is the same NaN
     assert processes.same_checkpoint(tmp_path / "a.pt", tmp_path / "b.pt")
+    said = {"log": "same weights; the log differs first at step 50, loss: 0.30000000000000004 vs 0.3",
+            "state_dict": "weights differ (largest |difference| 2.4e-07, in w)", "key": "another key"}
     for changed in ({"log": [{"step": 50, "recall": float("nan"), "loss": 0.3}]},  # 0.1 + 0.2 != 0.3
                     {"state_dict": {"w": torch.tensor([1.0, 2.0 + 2 ** -22])}}, {"key": "j"}):
         torch.save(dict(saved, **changed), tmp_path / "b.pt")
         assert not processes.same_checkpoint(tmp_path / "a.pt", tmp_path / "b.pt")
+        assert processes.checkpoint_difference(tmp_path / "a.pt", tmp_path / "b.pt") == said[next(iter(changed))]
 
 
 def test_a_key_is_what_the_run_is_not_its_source():

@@ -105,15 +105,17 @@ def reproduce(runs: list, directory: Path, processes_count: int) -> bool:
     here, differ, unexplained = processes.cpu_name(), [], []
     for r in runs:
         committed = cache.read(cache.path_of(r))
-        same = processes.same_checkpoint(directory / f"{r.name}.pt", cache.path_of(r))
+        difference = processes.checkpoint_difference(directory / f"{r.name}.pt", cache.path_of(r))
         trained_on = committed.get("fingerprint", {}).get("cpu")
-        if not same:
+        if difference:
             differ.append(r.name)
             if trained_on == here:
                 unexplained.append(r.name)
-        print(f"{'same' if same else 'DIFFERS'} {r.name}" + ("" if same or trained_on == here else
-              f" (committed trained on {trained_on}, retrained on {here}: bits are not expected to match)"))
+        print(f"{'DIFFERS' if difference else 'same'} {r.name}" + (f": {difference}" if difference else "")
+              + ("" if not difference or trained_on == here else
+                 f" (committed trained on {trained_on}, retrained on {here}: bits are not expected to match)"))
     print(f"{len(runs) - len(differ)} of {len(runs)} retrained checkpoints are bit-identical to the committed ones"
+          " (weights, and logs compared as JSON text: NaN equals NaN)"
           + (f"; {len(unexplained)} differ on the CPU that trained them: {unexplained}" if unexplained else ""))
     return not unexplained
 

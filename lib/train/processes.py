@@ -338,8 +338,29 @@ def report(names: list, wall: float, cpu: float, processes: int, seconds: dict) 
 
 def same_checkpoint(a: Path, b: Path) -> bool:
     """Whether two checkpoint files hold bit-identical weights, the same log and the same key."""
+    return checkpoint_difference(a, b) is None
+
+
+def checkpoint_difference(a: Path, b: Path):
+    """None when two checkpoint files hold the same key, bit-identical weights and the same log (compared as
+    JSON text, so NaN equals NaN); else what differs first, in words."""
     x, y = (torch.load(path, weights_only=True) for path in (a, b))
-    return x["key"] == y["key"] and same_weights_and_log(x, y)
+    if x["key"] != y["key"]:
+        return "another key"
+    if same_weights_and_log(x, y):
+        return None
+    if x["state_dict"].keys() != y["state_dict"].keys():
+        return "other weight tensors"
+    gaps = {k: float((x["state_dict"][k].double() - y["state_dict"][k].double()).abs().max()) for k in x["state_dict"]}
+    worst = max(gaps, key=gaps.get)
+    if gaps[worst] > 0:
+        return f"weights differ (largest |difference| {gaps[worst]:.2g}, in {worst})"
+    for row, other in zip(x["log"], y["log"]):
+        for key in sorted(row.keys() | other.keys()):
+            if json.dumps(row.get(key)) != json.dumps(other.get(key)):
+                return (f"same weights; the log differs first at step {row.get('step')}, {key}: "
+                        f"{row.get(key)!r} vs {other.get(key)!r}")
+    return f"same weights; the log has {len(x['log'])} rows against {len(y['log'])}"
 
 
 def same_weights_and_log(x: dict, y: dict) -> bool:
