@@ -122,11 +122,15 @@ def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float =
         return [TOKENIZER.decode(span).split("\n")[0] for span in spans]
     ids = torch.full((n, 1), NEWLINE_WORD)
     while ids.shape[1] < T:
+        # only the rows without a newline yet are computed; the others' draws (from zero logits) are cut off
+        # below, and every row still draws, so the sampled lines are those of computing every row
+        active = (~(ids[:, 1:] == NEWLINE_WORD).any(1)).nonzero()[:, 0]
         if kind == "bidirectional":
-            query = torch.cat([ids, torch.full((n, 1), MASK)], 1)
-            logits = model(query, for_kind(kind, query.shape[1]))[:, -1]
+            query = torch.cat([ids[active], torch.full((len(active), 1), MASK)], 1)
+            last = model(query, for_kind(kind, query.shape[1]))[:, -1]
         else:   # a prefix LM with a one-token prefix reads causally
-            logits = model(ids, for_kind("causal", ids.shape[1]))[:, -1]
+            last = model(ids[active], for_kind("causal", ids.shape[1]))[:, -1]
+        logits = last.new_zeros(n, last.shape[-1]).index_copy_(0, active, last)
         ids = torch.cat([ids, sample(logits)], 1)
         if (ids[:, 1:] == NEWLINE_WORD).any(1).all():
             break

@@ -163,7 +163,11 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
     done = torch.zeros(len(prompts), dtype=torch.bool)
     T = model.config.context
     for _ in range(max_new):
-        logits = model(idx[:, -T:])[:, -1]                       # (B, V): the next character
+        # only the rows still writing are computed; every row still draws (its draw from zero logits becomes a
+        # newline below), so the text is that of computing every row
+        active = (~done).nonzero()[:, 0]
+        last = model(idx[active, -T:])[:, -1]                    # (active, V): the next character
+        logits = last.new_zeros(len(prompts), last.shape[-1]).index_copy_(0, active, last)   # (B, V)
         if temperature == 0:
             nxt = logits.argmax(dim=-1)
         else:
