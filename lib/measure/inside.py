@@ -145,12 +145,14 @@ def ablation_measurements(model):
     return measure
 
 
-# Initialisations for `initial_gradients`: (linear layers, embedding std).  "book" linear layers: N(0, 0.02) with the
-# residual projections shrunk by sqrt(2L) (`models.init_weights`); "xavier": Xavier-normal, zero bias.  Xiong et al.
-# (2020) analyse Xavier layers with N(0, 1) embeddings; the two mixed settings tell the layers' part from the
-# embeddings'.
-INITS = {"book": ("book", 0.02), "book, N(0, 1) embeddings": ("book", 1.0),
-         "xavier, N(0, 0.02) embeddings": ("xavier", 0.02), "xavier": ("xavier", 1.0)}
+# Initialisations for `initial_gradients`: (linear layers, token table std, position table std).  "book" linear
+# layers: N(0, 0.02) with the residual projections shrunk by sqrt(2L) (`models.init_weights`); "xavier":
+# Xavier-normal, zero bias.  Xiong et al. (2020) analyse Xavier layers with N(0, 1) embeddings; the mixed settings
+# tell the layers' part from the embeddings', and the position table's (read only at the input) from the token
+# table's (tied: it is also the output layer).
+INITS = {"book": ("book", 0.02, 0.02), "book, N(0, 1) embeddings": ("book", 1.0, 1.0),
+         "book, N(0, 1) positions": ("book", 0.02, 1.0),
+         "xavier, N(0, 0.02) embeddings": ("xavier", 0.02, 0.02), "xavier": ("xavier", 1.0, 1.0)}
 
 
 def initial_gradients(n_layers: int, init: str, windows, seed: int = 0) -> dict:
@@ -159,7 +161,7 @@ def initial_gradients(n_layers: int, init: str, windows, seed: int = 0) -> dict:
     same weights, initialised as INITS[init] says."""
     if init not in INITS:
         raise ValueError(f"unknown init {init!r}; choose one of {tuple(INITS)}")
-    linear, embedding_std = INITS[init]
+    linear, token_std, position_std = INITS[init]
     config = ModelConfig(n_layers=n_layers)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -170,7 +172,7 @@ def initial_gradients(n_layers: int, init: str, windows, seed: int = 0) -> dict:
                     torch.nn.init.xavier_normal_(module.weight)
                     torch.nn.init.zeros_(module.bias)
                 elif isinstance(module, torch.nn.Embedding):
-                    torch.nn.init.normal_(module.weight, std=embedding_std)
+                    torch.nn.init.normal_(module.weight, std=token_std if module is pre.wte else position_std)
     post = PostLNGPT(config)
     post.load_state_dict({k: v for k, v in pre.state_dict().items() if not k.startswith("ln_f.")})
     pre, post = (precision.for_measurement(m, copy_model=False) for m in (pre, post))   # drawn in float32
