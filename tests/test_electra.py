@@ -215,3 +215,15 @@ def test_every_electra_trains_within_the_flops_of_berts_2500_steps():
         per_step = step_flops_of(run_config(f"electra_g{g}"))
         assert run_config(f"electra_g{g}")["steps"] == STEPS[g] and abs(STEPS[g] * per_step - budget) <= 25 * per_step, g
     assert step_flops_of(run_config("electra_g64")) > 1.8 * step_flops_of(run_config("bert"))   # a full-size generator
+
+
+def test_the_generators_projections_keep_a_vectors_length_at_initialisation():
+    """d -> d_g and d_g -> d start as near-isometries: the N(0, 0.02) of the blocks would shrink a vector 6 to
+    12 times on each side, and the generator would start far below a BERT's logits (its unigram stall)."""
+    torch.manual_seed(0)
+    for width in (16, 64):
+        generator = Electra(ElectraConfig(vocab_size=354, context=32, generator_d_model=width)).generator
+        x = torch.randn(4096, 64) * 0.02                       # embeddings' scale
+        u = torch.randn(4096, width)                           # a LayerNorm's output
+        assert 0.8 < float(generator.down(x).std() / x.std()) < 1.2
+        assert 0.8 < float(generator.up(u).std() / u.std()) < 1.2

@@ -29,12 +29,23 @@ from lib.objectives.batches import electra_batch, mlm_batch
 
 PROBE_KS, PROBE_READOUTS = (32, 128), ("mean", "last")
 CLASSES = ("preserving", "changing", "obvious")
+EVAL_REVIEWS = 200      # the new reviews every evaluation of a §05 run reads
 
 
 def selection(ids, config: dict):
     """The masked batch of the evaluation: always the same 15 % of positions (its own fixed seed)."""
     return mlm_batch(ids, torch.Generator().manual_seed(protocols.EVAL_SEED), config["mlm_rate"],
                      config["mask_share"], config["random_share"]).loss_mask
+
+
+@torch.no_grad()
+def masked_lm_accuracy(model, ids, config: dict) -> float:
+    """A BERT's share of the evaluation's selected positions (`selection`) whose original word it ranks first,
+    every one shown as <mask>: what a generator's `generator_accuracy` reads (`replaced_batch`)."""
+    g = torch.Generator().manual_seed(protocols.EVAL_SEED)
+    masked = mlm_batch(ids, g, config["mlm_rate"], 1.0, 0.0)
+    logits = model(masked.inputs, masked.attention_mask)[masked.loss_mask]
+    return (logits.argmax(-1) == masked.targets[masked.loss_mask]).double().mean().item()
 
 
 @lru_cache(maxsize=None)

@@ -15,12 +15,13 @@ Compute is matched the way the paper matches it, by steps: every ELECTRA trains
 for as many steps as its FLOPs per step allow within BERT's 2,500 steps
 (STEPS; `tests/test_electra.py` checks the FLOPs, counted with vocabulary logits
 only where a loss scores them).  LONG: the quarter-width ELECTRA also for four
-times that budget.
+times that budget. The `_alone` variants train a generator with lambda = 0 (its own masked-LM loss only),
+to compare its learning with BERT's.
 """
 
 from dataclasses import dataclass
 
-from lib.measure.electra_evals import PROBE_KS, PROBE_READOUTS
+from lib.measure.electra_evals import EVAL_REVIEWS, PROBE_KS, PROBE_READOUTS
 from lib.nn.electra import ElectraConfig
 from lib.objectives import batches
 from lib.recipes import comparison
@@ -41,6 +42,7 @@ class Variant:
     generator: int = None           # d_g; None: BERT
     selected_only: bool = False     # ELECTRA-15 %: the discriminator's loss on the selected positions only
     budgets: int = 1                # the FLOPs of this many BERT runs of 2,500 steps
+    lam: float = LAMBDA             # the discriminator loss's weight; 0: the generator trains alone
 
 
 VARIANTS = {
@@ -49,6 +51,8 @@ VARIANTS = {
        for g in GENERATORS},
     "electra_15": Variant(f"ELECTRA-15% (d_g={MAIN})", generator=MAIN, selected_only=True),
     "electra_long": Variant(f"ELECTRA (d_g={MAIN}), {LONG}x the budget", generator=MAIN, budgets=LONG),
+    # the generator alone (lambda = 0: the discriminator's loss is computed, weighted 0): does it learn like a BERT?
+    **{f"electra_g{g}_alone": Variant(f"generator d_g={g} alone (lambda=0)", generator=g, lam=0.0) for g in (16, 64)},
 }
 
 
@@ -67,8 +71,8 @@ def run_config(variant: str, seed: int = 0) -> dict:
     if v.generator is not None:    # the paper's masking: every selected position becomes <mask> for the generator
         config |= {"electra": ElectraConfig(batches.VOCAB_SIZE, comparison.POSITIONS,
                                             generator_d_model=v.generator).to_dict(),
-                   "lambda": LAMBDA, "mask_share": 1.0, "random_share": 0.0, "selected_only": v.selected_only,
-                   "eval_reviews": 200, "examples": 4}
+                   "lambda": v.lam, "mask_share": 1.0, "random_share": 0.0, "selected_only": v.selected_only,
+                   "eval_reviews": EVAL_REVIEWS, "examples": 4}
     return config
 
 

@@ -32,8 +32,8 @@ import torch
 
 from lib.data.seeding import seed_everything
 from lib.measure import probes, protocols
-from lib.measure.electra_evals import (examples, probe_results, replacement_diagnosis, scorer_accuracy, selection,
-                                      table_probe_results)
+from lib.measure.electra_evals import (EVAL_REVIEWS, examples, masked_lm_accuracy, probe_results,
+                                      replacement_diagnosis, scorer_accuracy, selection, table_probe_results)
 from lib.measure.flops import step_flops
 from lib.nn.electra import Electra, ElectraConfig
 from lib.objectives import batches
@@ -79,12 +79,12 @@ def evaluation_context(config: dict) -> dict:
     """What every evaluation of a run reads: the probe openings and, for ELECTRA, the new reviews as ids,
     and the reviews the slider shows (the first ones with at least two selected positions)."""
     context = {"openings": probes.clause_sequences()}
+    reviews = protocols.new_reviews(config.get("eval_reviews", EVAL_REVIEWS))
+    ids = torch.tensor([protocols.line_ids(r) for r in reviews])                # every review is 18 tokens
+    context |= {"reviews": reviews, "ids": ids}
     if "electra" in config:
-        reviews = protocols.new_reviews(config["eval_reviews"])
-        ids = torch.tensor([protocols.line_ids(r) for r in reviews])           # every review is 18 tokens
         selected = selection(ids, config)
-        context |= {"reviews": reviews, "ids": ids,
-                    "shown": [i for i in range(len(reviews)) if selected[i].sum() >= 2][:config["examples"]]}
+        context["shown"] = [i for i in range(len(reviews)) if selected[i].sum() >= 2][:config["examples"]]
     return context
 
 
@@ -92,8 +92,8 @@ def evaluate(model, config: dict, context: dict) -> dict:
     """One row of the learning curve (see the module docstring)."""
     encoder = model.discriminator if "electra" in config else model
     row = {**probe_results(encoder, context["openings"]), **table_probe_results(encoder)}
-    if "electra" not in config:
-        return row
+    if "electra" not in config:    # BERT's masked-LM accuracy where a generator's is read (`replaced_batch`)
+        return row | {"mlm_accuracy": masked_lm_accuracy(model, context["ids"], config)}
     row |= {
             **replacement_diagnosis(model, context["ids"], config),
             "scorer_accuracy": scorer_accuracy(model, context["reviews"][:100]),
@@ -110,7 +110,7 @@ def step_flops_of(config: dict) -> float:
     return step_flops(model, get_batch, loss_fn)
 
 
-@trainer("electra", version=1)
+@trainer("electra", version=2)   # 2: the generator's projections start as near-isometries (lib.nn.electra); probe features in float64
 def train_electra(config: dict, parents=(), desc: str = "train"):
     """Train one variant with `fit`, evaluating every config["eval_every"] steps (`evaluate`)."""
     model, get_batch, loss_fn = training_parts(config)
