@@ -50,7 +50,7 @@ from torch.utils import flop_counter  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from lib import recipes  # noqa: E402
-from lib.train import cache  # noqa: E402
+from lib.train import processes  # noqa: E402
 
 torch.backends.mkldnn.enabled = False
 torch.set_num_threads(1)  # as in every training process (`seeding.seed_everything`)
@@ -156,7 +156,7 @@ def train(run, steps: int) -> float:
     """Wall seconds of the run's train function for `steps` steps, without evaluations but the last."""
     start = time.perf_counter()
     run.train_fn(dict(run.config, steps=steps, eval_every=10 ** 9),
-                 parents=tuple(cache.get_or_train(p)[0] for p in run.parents), desc=run.name)
+                 parents=tuple(processes.get_or_train(p)[0] for p in run.parents), desc=run.name)
     return time.perf_counter() - start
 
 

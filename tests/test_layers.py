@@ -127,3 +127,36 @@ def test_every_trainer_declares_a_version():
     assert all(isinstance(r.train_fn.trainer_version, int) for r in recipes.all_runs())
     names = {r.train_fn.trainer_name for r in recipes.all_runs()}
     assert names == {"char_lm", "comparison", "electra", "ul2", "dual_encoder", "reader"}
+
+
+def cycles(lib_dir: Path) -> list:
+    """Every import cycle among lib's modules, each as the list of modules it runs through (imports inside
+    functions count: they only hide a cycle)."""
+    graph = {module_name(p, lib_dir): set() for p in modules(lib_dir)}
+    for path in modules(lib_dir):
+        graph[module_name(path, lib_dir)] = {m for m, _ in imports(path) if m in graph}
+    found, done = set(), set()
+
+    def walk(node, path):
+        if node in path:
+            loop = path[path.index(node):]
+            start = loop.index(min(loop))
+            found.add(tuple(loop[start:] + loop[:start]))
+            return
+        if node in done:
+            return
+        for nxt in sorted(graph[node]):
+            walk(nxt, path + [node])
+        done.add(node)
+
+    for node in sorted(graph):
+        walk(node, [])
+    return sorted(found)
+
+
+def test_no_import_cycles_in_lib(tmp_path):
+    assert cycles(LIB) == []
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "cache.py").write_text("def get():\n    from lib.train import processes\n")
+    (tmp_path / "train" / "processes.py").write_text("from lib.train import cache\n")
+    assert cycles(tmp_path) == [("train.cache", "train.processes")]

@@ -28,7 +28,7 @@ TINY = dict(BASE_MODEL, model=dict(vocab_size=44, context=96, d_model=16, n_laye
 def trained_tiny(tmp_path_factory) -> Path:
     """A folder holding checkpoint tiny.pt of TINY, trained once (a training process costs seconds to start)."""
     directory = tmp_path_factory.mktemp("trained")
-    checkpoints.get_or_train(Run("tiny", TINY, train_char_lm), directory)
+    processes.get_or_train(Run("tiny", TINY, train_char_lm), directory)
     return directory
 
 
@@ -53,21 +53,21 @@ def test_training_lowers_the_loss():
 
 
 def test_checkpoint_is_reused_then_retrained_when_corrupt_or_stale(tmp_path, capsys):
-    model, log = checkpoints.get_or_train(Run("tiny", TINY, train_char_lm), tmp_path)
+    model, log = processes.get_or_train(Run("tiny", TINY, train_char_lm), tmp_path)
     assert "tiny.pt: missing; training 'tiny' from scratch" in capsys.readouterr().err
     first_bytes = (tmp_path / "tiny.pt").read_bytes()
 
-    again, log_again = checkpoints.get_or_train(Run("tiny", TINY, train_char_lm), tmp_path)
+    again, log_again = processes.get_or_train(Run("tiny", TINY, train_char_lm), tmp_path)
     assert log_again == log and capsys.readouterr().err == ""  # loaded: no message, no progress bar
     assert all(torch.equal(x, y) for x, y in zip(model.state_dict().values(), again.state_dict().values()))
 
     (tmp_path / "tiny.pt").write_bytes(first_bytes[: len(first_bytes) // 2])  # a torn write
-    checkpoints.get_or_train(Run("tiny", TINY, train_char_lm), tmp_path)
+    processes.get_or_train(Run("tiny", TINY, train_char_lm), tmp_path)
     message = capsys.readouterr().err.splitlines()[0]  # one line, then the progress bar
     assert message.startswith("checkpoint tiny.pt: unreadable (")
     assert (tmp_path / "tiny.pt").read_bytes() == first_bytes  # the retrain is bit-identical, file included
 
-    checkpoints.get_or_train(Run("tiny", dict(TINY, steps=41), train_char_lm), tmp_path)
+    processes.get_or_train(Run("tiny", dict(TINY, steps=41), train_char_lm), tmp_path)
     assert "tiny.pt: stale" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -76,8 +76,8 @@ def test_training_runs_on_pinned_kernels_whatever_the_callers_environment(tmp_pa
     """The same checkpoint, asked for from a process started on other CPU kernels (the generic
     ATen and MKL code, oneDNN limited to SSE4.1): without the pin its weights differ."""
     other = dict(os.environ, ATEN_CPU_CAPABILITY="default", MKL_CBWR="COMPATIBLE", ONEDNN_MAX_CPU_ISA="SSE41")
-    code = ("import sys; from pathlib import Path; from lib.train import cache; from lib.trainers.char_lm import "
-            f"train_char_lm; cache.get_or_train(cache.Run('tiny', {TINY!r}, train_char_lm), Path(sys.argv[1]))")
+    code = ("import sys; from pathlib import Path; from lib.train import cache, processes; from lib.trainers.char_lm "
+            f"import train_char_lm; processes.get_or_train(cache.Run('tiny', {TINY!r}, train_char_lm), Path(sys.argv[1]))")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "other")], env=other, check=True,
                    cwd=Path(checkpoints.__file__).parents[2], capture_output=True)
     assert (tmp_path / "other" / "tiny.pt").read_bytes() == (trained_tiny / "tiny.pt").read_bytes()
@@ -181,7 +181,7 @@ def test_a_key_is_what_the_run_is_not_its_source():
 def test_a_loader_under_test_never_trains(tmp_path, monkeypatch):
     monkeypatch.setenv("BOOK_NO_TRAINING", "1")
     with pytest.raises(checkpoints.StaleCheckpoint, match=r"checkpoint tiny\.pt is missing; training is off"):
-        checkpoints.get_or_train(Run("tiny", TINY, train_char_lm), tmp_path)
+        processes.get_or_train(Run("tiny", TINY, train_char_lm), tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -196,7 +196,7 @@ def test_checking_or_loading_leaves_the_global_random_state_alone(trained_tiny):
     expected = torch.rand(3)
     torch.manual_seed(0)
     checkpoints.is_current(Run("tiny", TINY, train_char_lm), trained_tiny)
-    checkpoints.get_or_train(Run("tiny", TINY, train_char_lm), trained_tiny)
+    processes.get_or_train(Run("tiny", TINY, train_char_lm), trained_tiny)
     assert torch.equal(torch.rand(3), expected)
 
 

@@ -17,7 +17,7 @@ import functools
 
 from lib.recipes import base, comparison, electra, inside, moe, retrieval, ul2
 from lib.measure import precision
-from lib.train import cache
+from lib.train import cache, processes
 
 SECTIONS = {"00": base, "02": inside, "04": comparison, "05": electra, "06": ul2, "07": (moe, retrieval)}
 
@@ -60,5 +60,5 @@ def load(name: str):
     stale (one line on stderr says so; a training process on pinned kernels trains it).  The model is a
     float64 copy of the float32 weights, so that what it computes prints the same digits on every CPU
     (`lib.measure.precision`)."""
-    model, log = cache.get_or_train(run(name))
+    model, log = processes.get_or_train(run(name))
     return precision.for_measurement(model, copy_model=False), log

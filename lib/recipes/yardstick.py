@@ -145,7 +145,7 @@ def compute(name: str, step, directory: str = None, head: bool = False, form: st
     e, directory = entry(name, step, head, form), (None if directory is None else Path(directory))
     start = time.perf_counter()
     if e.step is None:
-        model, log = cache.get_or_train(e.run)[0], None
+        model, log = processes.get_or_train(e.run)[0], None
         if isinstance(model, Electra):      # the discriminator is fine-tuned; the generator is thrown away
             model = model.discriminator
     else:   # a snapshot: the run retrained here and stopped after `step` steps, in this process

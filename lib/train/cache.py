@@ -4,7 +4,7 @@
     def train_char_lm(config, parents=(), desc="train"): ...        # returns (model, log)
 
     run = Run("base", config, train_char_lm)
-    model, log = get_or_train(run)     # checkpoints/base.pt when current, else trained in a training process
+    model, log = processes.get_or_train(run)   # checkpoints/base.pt when current, else trained in a process
 
 A checkpoint's key is what the run *is*: its config, the digest of the
 training data, the trainer's name and the version it declares, the keys of the
@@ -15,8 +15,8 @@ fingerprint (`lib.train.fingerprint`, stored in every checkpoint) catches a
 change that was not declared: `python -m lib.recipes --check-fingerprints`
 replays the first steps of one run of every kind and compares.
 
-A missing, stale or unreadable checkpoint prints one line to stderr and is
-retrained (`lib.train.processes`), except where BOOK_NO_TRAINING is set (the
+`lib.train.processes.get_or_train` loads a current checkpoint; a missing, stale or unreadable one prints one
+line to stderr and is retrained in a training process, except where BOOK_NO_TRAINING is set (the
 test suite sets it): there it raises `StaleCheckpoint`, naming the checkpoint.
 Writes are atomic under a file lock; loads use weights_only=True (no pickled
 code is ever run).
@@ -143,6 +143,11 @@ def read(path: Path) -> dict:
     return torch.load(path, weights_only=True)
 
 
+def load_current(path: Path, run: Run):
+    """(model, log) from the checkpoint at `path` when it matches the run's key, else (None, why not)."""
+    return _load(path, checkpoint_key(run))
+
+
 def _load(path: Path, key: str):
     """(model, log) from a checkpoint, or (None, reason) when it cannot be used."""
     if not path.exists():
@@ -164,26 +169,8 @@ def _load(path: Path, key: str):
 
 
 def is_current(run: Run, directory: Path = None) -> bool:
-    """Whether the run's checkpoint exists, reads, and matches its key: `get_or_train` would load it."""
-    return _load(path_of(run, directory), checkpoint_key(run))[0] is not None
-
-
-def get_or_train(run: Run, directory: Path = None):
-    """(model, log) of the run: loaded from its checkpoint when it matches the key, otherwise trained (in a
-    training process, `lib.train.processes`) and saved.  With BOOK_NO_TRAINING set, raises StaleCheckpoint."""
-    path = path_of(run, directory)
-    loaded, reason = _load(path, checkpoint_key(run))
-    if loaded is None:
-        if os.environ.get("BOOK_NO_TRAINING"):
-            raise StaleCheckpoint(f"checkpoint {path.name} is {reason}; training is off here (BOOK_NO_TRAINING): "
-                                  f"train it with `python -m lib.recipes --only {run.name}`")
-        from lib.train import processes  # the training processes import this module
-        print(f"checkpoint {path.name}: {reason}; training {run.name!r} from scratch", file=sys.stderr)
-        processes.train_missing([run], processes=1, directory=directory)
-        loaded, reason = _load(path, checkpoint_key(run))
-        if loaded is None:
-            raise RuntimeError(f"training {run.name!r} finished but checkpoint {path.name} is {reason}")
-    return loaded
+    """Whether the run's checkpoint exists, reads, and matches its key: `processes.get_or_train` would load it."""
+    return load_current(path_of(run, directory), run)[0] is not None
 
 
 def save(run: Run, model, log: list, fingerprint: dict, directory: Path = None) -> None:

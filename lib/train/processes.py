@@ -247,7 +247,7 @@ def train_with_fingerprint(run: Run, stop: bool = False, desc: str = None, direc
     """(model, log, fingerprint) of training the run in this process: the whole run, or (stop=True) a replay
     of its first K steps.  Parents are loaded from their checkpoints in `directory` (default: checkpoints/),
     where the run itself is trained: a retrain into another folder retrains the whole chain."""
-    parents = tuple(cache.get_or_train(p, directory)[0] for p in run.parents)
+    parents = tuple(get_or_train(p, directory)[0] for p in run.parents)
     with fingerprint.recording(run.train_fn.fingerprint_steps(run.config), stop=stop) as recorder:
         model, log = run.train_fn(run.config, parents=parents, desc=desc or run.name)
     if recorder.result is None:
@@ -334,6 +334,23 @@ def report(names: list, wall: float, cpu: float, processes: int, seconds: dict) 
     bound = max(sum(times) / processes, max(times))
     return (f"{busy}\nRuns' wall times: {sum(times):.0f} s in all, the longest {max(times):.0f} s, so no "
             f"schedule of whole runs beats {bound:.0f} s (this one: {wall / bound:.2f}x that).")
+
+
+def get_or_train(run: Run, directory: Path = None):
+    """(model, log) of the run: loaded from its checkpoint when it matches the key, otherwise trained (in a
+    training process, `train_missing`) and saved.  With BOOK_NO_TRAINING set, raises StaleCheckpoint."""
+    path = cache.path_of(run, directory)
+    loaded, reason = cache.load_current(path, run)
+    if loaded is None:
+        if os.environ.get("BOOK_NO_TRAINING"):
+            raise cache.StaleCheckpoint(f"checkpoint {path.name} is {reason}; training is off here "
+                                        f"(BOOK_NO_TRAINING): train it with `python -m lib.recipes --only {run.name}`")
+        print(f"checkpoint {path.name}: {reason}; training {run.name!r} from scratch", file=sys.stderr)
+        train_missing([run], processes=1, directory=directory)
+        loaded, reason = cache.load_current(path, run)
+        if loaded is None:
+            raise RuntimeError(f"training {run.name!r} finished but checkpoint {path.name} is {reason}")
+    return loaded
 
 
 def same_checkpoint(a: Path, b: Path) -> bool:
