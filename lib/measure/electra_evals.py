@@ -32,18 +32,23 @@ CLASSES = ("preserving", "changing", "obvious")
 EVAL_REVIEWS = 200      # the new reviews every evaluation of a §05 run reads
 
 
+def evaluation_masking(ids, config: dict) -> tuple:
+    """(the evaluation's masked batch, its random-number generator, to draw the replacements next): always the
+    same 15 % of positions (its own fixed seed), masked as `config` says."""
+    g = torch.Generator().manual_seed(protocols.EVAL_SEED)
+    return mlm_batch(ids, g, config["mlm_rate"], config["mask_share"], config["random_share"]), g
+
+
 def selection(ids, config: dict):
-    """The masked batch of the evaluation: always the same 15 % of positions (its own fixed seed)."""
-    return mlm_batch(ids, torch.Generator().manual_seed(protocols.EVAL_SEED), config["mlm_rate"],
-                     config["mask_share"], config["random_share"]).loss_mask
+    """The positions the evaluation selects (`evaluation_masking`)."""
+    return evaluation_masking(ids, config)[0].loss_mask
 
 
 @torch.no_grad()
 def masked_lm_accuracy(model, ids, config: dict) -> float:
     """A BERT's share of the evaluation's selected positions (`selection`) whose original word it ranks first,
     every one shown as <mask>: what a generator's `generator_accuracy` reads (`replaced_batch`)."""
-    g = torch.Generator().manual_seed(protocols.EVAL_SEED)
-    masked = mlm_batch(ids, g, config["mlm_rate"], 1.0, 0.0)
+    masked, _ = evaluation_masking(ids, config | {"mask_share": 1.0, "random_share": 0.0})
     logits = model(masked.inputs, masked.attention_mask)[masked.loss_mask]
     return (logits.argmax(-1) == masked.targets[masked.loss_mask]).double().mean().item()
 
@@ -67,8 +72,7 @@ def replacement_class(ids: tuple, position: int, token: int) -> str:
 def replaced_batch(model: Electra, ids, config: dict):
     """(ElectraBatch, p(replaced) (B, T), the generator's logits (K, V) at the K selected positions): the
     evaluation's fixed selection, filled by the generator (a fixed sampling seed), read by the discriminator."""
-    g = torch.Generator().manual_seed(protocols.EVAL_SEED)
-    masked = mlm_batch(ids, g, config["mlm_rate"], config["mask_share"], config["random_share"])
+    masked, g = evaluation_masking(ids, config)
     generator_logits = model.generator_logits(masked.inputs, masked.attention_mask, masked.loss_mask)
     batch = electra_batch(masked, generator_logits, g)
     return batch, torch.sigmoid(model.replaced_logits(batch.inputs, batch.attention_mask)), generator_logits

@@ -80,8 +80,8 @@ class ProjectedGenerator(nn.Module):
     The two projections start as near-isometries, N(0, 1/fan_in): a vector keeps its length through them.
     With the blocks' N(0, 0.02) they would shrink it by 0.02 * sqrt(fan_in) each (x0.16 in, x0.08 out at
     d_g = 16), so the generator's logits would start ~10x smaller than a BERT's and the product of two
-    small maps would hold it at the unigram level for hundreds of steps (measured: d_g = 64, lambda = 0,
-    accuracy 0.12 through step 600; 0.67 at step 250 with these projections).  BERT's and ELECTRA's
+    small maps would hold it at the unigram level for hundreds of steps (every learned generator of the electra
+    trainer's v1 checkpoints, in git history, sat at 0.10-0.13 for ~40 % of its budget; §05 shows v2's curves).  BERT's and ELECTRA's
     reference code normalise around the projections instead (a LayerNorm on the embeddings, one at the end
     of the generator's head); our pre-LN stacks have neither."""
 
