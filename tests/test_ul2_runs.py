@@ -101,6 +101,7 @@ def test_split_losses_score_structure_over_the_vocabulary_and_content_over_words
     losses = ul2_evals.split_losses(Uniform(), batch)
     assert losses["structure"] == pytest.approx(math.log(VOCAB_SIZE), abs=1e-5)
     assert losses["content"] == pytest.approx(math.log(VOCAB_SIZE - FIRST_ORDINARY), abs=1e-5)
+    assert losses["all"] == pytest.approx(math.log(VOCAB_SIZE), abs=1e-5)          # the training loss, ul2_loss
 
 
 def test_a_section_06_kind_asks_the_slot_in_its_form_and_mode():

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from lib.data import world
+from lib.nn import inference
 from lib.objectives.batches import pad
 from lib.data.tokenizers import CharTokenizer
 
@@ -161,12 +162,15 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     idx = torch.tensor([CHARS.encode(p) for p in prompts])
     done = torch.zeros(len(prompts), dtype=torch.bool)
-    T = model.config.context
+    cache = inference.new_cache(model, idx.shape[1] + max_new - 1)   # None: the model reruns each step
     for _ in range(max_new):
-        # only the rows still writing are computed; every row still draws (its draw from zero logits becomes a
-        # newline below), so the text is that of computing every row
+        # only the rows still writing are used (and, without a cache, computed); every row still draws (its draw
+        # from zero logits becomes a newline below), so the text is that of computing every row
         active = (~done).nonzero()[:, 0]
-        last = model(idx[active, -T:])[:, -1]                    # (active, V): the next character
+        if cache is None:
+            last = inference.next_logits(model, idx[active])     # (active, V): the next character
+        else:
+            last = inference.next_logits(model, idx, cache)[active]
         logits = last.new_zeros(len(prompts), last.shape[-1]).index_copy_(0, active, last)   # (B, V)
         if temperature == 0:
             nxt = logits.argmax(dim=-1)

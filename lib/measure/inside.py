@@ -176,4 +176,11 @@ def initial_gradients(n_layers: int, init: str, windows, seed: int = 0) -> dict:
     post = PostLNGPT(config)
     post.load_state_dict({k: v for k, v in pre.state_dict().items() if not k.startswith("ln_f.")})
     pre, post = (precision.for_measurement(m, copy_model=False) for m in (pre, post))   # drawn in float32
-    return {name: block_writes(m, windows)[-1]["gradient"] for name, m in (("pre-LN", pre), ("post-LN", post))}
+    return {name: last_block_gradient(m, windows) for name, m in (("pre-LN", pre), ("post-LN", post))}
+
+
+def last_block_gradient(model, batch) -> float:
+    """The norm of the next-token loss's gradient over the last block's parameters (`block_writes`' last
+    "gradient"), with the backward pass stopped at that block.  Changes no `.grad`."""
+    params = list(model.blocks[-1].parameters())
+    return float(torch.cat([g.flatten() for g in torch.autograd.grad(next_token_loss(model, batch), params)]).norm())

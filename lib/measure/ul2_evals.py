@@ -27,8 +27,9 @@ from lib.data import world
 from lib.measure.capabilities import ADJECTIVE_IDS, scored_candidates
 from lib.measure.evals import line_quality
 from lib.measure.protocols import RATING_IDS, line_ids, review_slots, true_rating
+from lib.objectives.batches import masked_cross_entropy
 from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
-from lib.objectives.ul2 import (FORMS, ask_slot, decoder_logits, question_logits, questions, ul2_loss, with_mode,
+from lib.objectives.ul2 import (FORMS, ask_slot, decoder_logits, question_logits, questions, with_mode,
                                 without_mode_tokens)
 
 MODES = ("R", "S", "X", None)
@@ -221,14 +222,6 @@ def with_mode_token(batch, mode):
     return replace(batch, source=source, modes=(mode,) * source.shape[0])
 
 
-@torch.no_grad()
-def mode_losses(model, batches: dict) -> dict:
-    """{denoiser: {mode name: held-out loss}}: each denoiser's batch (built with its own mode token)
-    asked with every mode token and with none."""
-    return {name: {mode_name(m): ul2_loss(model, with_mode_token(batch, m)).item() for m in MODES}
-            for name, batch in batches.items()}
-
-
 def position_kinds(batch) -> dict:
     """(B, T) bool masks splitting a batch's loss positions by what they ask.  "structure": a sentinel, or the
     first target token (a sentinel for R and X, a word for S: either way the token that says which format
@@ -240,18 +233,20 @@ def position_kinds(batch) -> dict:
 
 @torch.no_grad()
 def split_losses(model, batch) -> dict:
-    """{"structure": loss, "content": loss} (nats per position) on `position_kinds`.  Content is scored with the
-    softmax over ordinary tokens only, so that probability a mode token moves onto sentinels does not count:
-    it measures what the model would write, given that a word comes."""
+    """{"all": loss, "structure": loss, "content": loss} (nats per position) from one forward pass: the
+    training loss over every loss position (`ul2_loss`) and its split on `position_kinds`.  Content is scored
+    with the softmax over ordinary tokens only, so that probability a mode token moves onto sentinels does not
+    count: it measures what the model would write, given that a word comes."""
     logits, kinds = decoder_logits(model, batch), position_kinds(batch)
     words = logits[..., FIRST_ORDINARY:]
     content = kinds["content"]
-    return {"structure": F.cross_entropy(logits[kinds["structure"]], batch.targets[kinds["structure"]]).item(),
+    return {"all": masked_cross_entropy(logits, batch.targets, batch.loss_mask).item(),
+            "structure": F.cross_entropy(logits[kinds["structure"]], batch.targets[kinds["structure"]]).item(),
             "content": F.cross_entropy(words[content], batch.targets[content] - FIRST_ORDINARY).item()}
 
 
-def mode_split_losses(model, batches: dict, modes=("R", "S", "X")) -> dict:
+def mode_losses(model, batches: dict) -> dict:
     """{denoiser: {mode name: split_losses}}: each denoiser's batch (built with its own mode token) asked with
-    each of the trained mode tokens."""
-    return {name: {mode_name(m): split_losses(model, with_mode_token(batch, m)) for m in modes}
+    every mode token and with none; "all" is the held-out loss."""
+    return {name: {mode_name(m): split_losses(model, with_mode_token(batch, m)) for m in MODES}
             for name, batch in batches.items()}

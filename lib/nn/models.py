@@ -83,8 +83,10 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model)   # W_Q, W_K, W_V in one matrix
         self.proj = nn.Linear(config.d_model, config.d_model)      # W_O
 
-    def forward(self, x, mask, return_weights=False):
+    def forward(self, x, mask, return_weights=False, past=None):
         q, k, v = (split_heads(t, self.n_heads) for t in self.qkv(x).split(x.size(-1), dim=2))
+        if past is not None:       # a LayerCache: the earlier positions' keys and values come first
+            k, v = past.extend(k, v)
         y, weights = attend(q, k, v, mask, return_weights)
         return self.proj(merge_heads(y)), weights
 
@@ -126,8 +128,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
-    def forward(self, x, mask, return_weights=False):
-        a, weights = self.attn(self.ln_1(x), mask, return_weights)
+    def forward(self, x, mask, return_weights=False, past=None):
+        a, weights = self.attn(self.ln_1(x), mask, return_weights, past)
         x = x + a
         x = x + self.mlp(self.ln_2(x))
         return x, weights
@@ -223,14 +225,56 @@ def _length(idx) -> int:
     return idx.shape[-1] if isinstance(idx, torch.Tensor) and idx.dim() else 0
 
 
+class LayerCache:
+    """One layer's keys and values of the positions computed so far, each (B, n_heads, t, d_h)."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def extend(self, k, v):
+        """Append the new positions' keys and values; return all of them."""
+        self.k, self.v = (k, v) if self.k is None else (torch.cat([self.k, k], 2), torch.cat([self.v, v], 2))
+        return self.k, self.v
+
+
+class KVCache:
+    """A causal decoder's keys and values, one `LayerCache` per layer: what a new position attends to."""
+
+    def __init__(self, n_layers: int):
+        self.layers = [LayerCache() for _ in range(n_layers)]
+
+    def __len__(self):
+        """The number of positions cached."""
+        return 0 if self.layers[0].k is None else self.layers[0].k.shape[2]
+
+
 class TinyGPT(MaskedTransformer):
     """The book's base model: a MaskedTransformer that always uses the causal mask."""
+
+    supports_kv_cache = True    # forward_cached gives what forward gives (MoEGPT: False)
 
     def forward(self, idx):
         return super().forward(idx, causal_mask(_length(idx)))
 
     def forward_with_attention(self, idx):
         return super().forward_with_attention(idx, causal_mask(_length(idx)))
+
+    def forward_cached(self, idx, cache: KVCache):
+        """Logits (B, T, V) of tokens idx (B, T) that continue the `len(cache)` positions in `cache`: each new
+        position attends to every cached one and causally to the new ones, and their keys and values join the
+        cache.  Equal, up to float rounding, to the last T positions of `forward` on the whole sequence, at
+        the cost of the new positions only."""
+        if not self.supports_kv_cache:
+            raise ValueError(f"{type(self).__name__} does not decode with a KV cache; call forward on the whole sequence")
+        start, (B, T) = len(cache), idx.shape
+        if start + T > self.config.context:
+            raise ValueError(f"{start} cached + {T} new positions exceed the model's context {self.config.context}")
+        check_ids(idx, self.config)
+        mask = torch.ones(T, start + T, dtype=torch.bool).tril(diagonal=start).expand(B, T, start + T)
+        x = self.wte(idx) + self.wpe(torch.arange(start, start + T))
+        for block, past in zip(self.blocks, cache.layers):
+            x, _ = block(x, mask, past=past)
+        return self.ln_f(x) @ self.wte.weight.T
 
 
 class DecoderBlock(nn.Module):

@@ -179,6 +179,7 @@ class MoEGPT(models.TinyGPT):
     expert's down-projection shrunk like the MLP's)."""
 
     config_class = MoEConfig
+    supports_kv_cache = False   # capacity-limited routing depends on which tokens share a forward pass
 
     def __init__(self, config: MoEConfig = MoEConfig()):
         super().__init__(config)

@@ -14,8 +14,8 @@ from lib.nn import models
 class PostLNBlock(models.Block):
     """Post-LN: x <- LN(x + attn(x)), then x <- LN(x + mlp(x)); the same parameters as the pre-LN `Block`."""
 
-    def forward(self, x, mask, return_weights=False):
-        a, weights = self.attn(x, mask, return_weights)
+    def forward(self, x, mask, return_weights=False, past=None):
+        a, weights = self.attn(x, mask, return_weights, past)
         x = self.ln_1(x + a)
         return self.ln_2(x + self.mlp(x)), weights
 
