@@ -7,7 +7,9 @@ import torch
 
 from lib.data import world
 from lib.data.seeding import seed_everything
-from lib.measure import finetune
+from lib.data.tokenizers import MASK, TOKENIZER
+from lib.measure import finetune, protocols
+from lib.measure.protocols import RATING_IDS, true_rating
 from lib.recipes import comparison, yardstick
 from lib.recipes import ul2 as ul2_runs
 from lib.train.cache import StaleCheckpoint
@@ -132,3 +134,47 @@ def test_every_yardstick_entry_is_computed_for_its_current_key():
     entries = yardstick.entries()
     assert len({e.name for e in entries}) == len(entries)
     assert [e.name for e in yardstick.missing()] == []
+
+
+class _Reader(torch.nn.Module):
+    """A stand-in bidirectional network that records the tokens it reads and whose logits at every position put
+    logit(good) - logit(bad) at +1 for reviews with a positive food adjective and -1 otherwise (+ an offset)."""
+
+    def __init__(self, offset=0.0, informative=True):
+        super().__init__()
+        self.config = build_model(comparison.run_config("bert")).config
+        self.offset, self.informative, self.seen = offset, informative, []
+        self.anchor = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, ids, mask):
+        self.seen.append(ids)
+        positive = [any(TOKENIZER.vocab[t] in world.FOOD_ADJECTIVES and world.FOOD_ADJECTIVES[TOKENIZER.vocab[t]]
+                        for t in row) for row in ids.tolist()]
+        logits = torch.zeros(*ids.shape, self.config.vocab_size, dtype=torch.float64) + self.anchor
+        sign = torch.tensor([1.0 if p else -1.0 for p in positive], dtype=torch.float64)
+        logits[..., RATING_IDS[0]] = self.offset + (sign[:, None] if self.informative else 0.0)
+        return logits
+
+
+def test_the_margin_reading_fits_only_a_threshold_on_the_labelled_reviews():
+    """A network whose margin carries the food adjective's polarity reads every 'and' test review right, whatever
+    its offset (the threshold absorbs it); one whose margin carries nothing reads at most the majority share."""
+    tasks = [finetune.rating_task(split) for split in (0, 1)]
+    for offset in (-5.0, 0.0, 3.0):
+        assert finetune.margin_readout(_Reader(offset), "bidirectional", tasks, 32) == [1.0, 1.0]
+    blind = finetune.margin_readout(_Reader(informative=False), "bidirectional", tasks, 32)
+    for task, score in zip(tasks, blind):
+        good = [true_rating(r) == "good" for r in task.test if " and " in r]
+        assert score in (sum(good) / len(good), (len(good) - sum(good)) / len(good))
+
+
+def test_the_unmasked_reading_puts_a_period_at_the_slot_never_mask():
+    reader = _Reader()
+    ids = [protocols.line_ids(r) for r in finetune.rating_task(0).test[:4]]
+    slots = [protocols.review_slots(s)["rating"] for s in ids]
+    protocols.slot_logits(reader, protocols.UNMASKED, ids, slots)
+    read = reader.seen[-1]
+    assert not (read == MASK).any()
+    assert all(read[i, s] == TOKENIZER["."] and ids[i][s] in protocols.RATING_IDS for i, s in enumerate(slots))
+    protocols.slot_logits(reader, "bidirectional", ids, slots)
+    assert all(reader.seen[-1][i, s] == MASK for i, s in enumerate(slots))

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from lib.data import world
 from lib.data.seeding import seed_everything
-from lib.measure.protocols import RATING_IDS, line_ids, review_slots, slot_logits, true_rating
+from lib.measure.protocols import RATING_IDS, UNMASKED, line_ids, rating_margins, review_slots, slot_logits, true_rating
 from lib.nn.models import SlotClassifier
 from lib.train.loop import OPTIMIZATION, make_optimizer, optimizer_step
 
@@ -96,6 +96,38 @@ def rating_task(split: int, validation: int = 200, test: int = 400, pool: int = 
                       tuple(held_out[validation:]))
 
 
+def fitted_threshold(scores: list, positive: list) -> float:
+    """The threshold t that classifies the most (score, label) pairs right, a pair's label being positive when
+    its score > t: the candidates are every midpoint between neighbouring distinct scores and one beyond each
+    end; among equally good ones, the middle one.
+
+    >>> fitted_threshold([0.1, 0.2, 0.9, 1.0], [False, False, True, True])
+    0.55
+    """
+    distinct = sorted(set(scores))
+    candidates = [distinct[0] - 1] + [(a + b) / 2 for a, b in zip(distinct, distinct[1:])] + [distinct[-1] + 1]
+    right = [sum((score > t) == label for score, label in zip(scores, positive)) for t in candidates]
+    best = [t for t, r in zip(candidates, right) if r == max(right)]
+    return best[len(best) // 2]
+
+
+def margin_readout(model, kind: str, tasks, n: int) -> list:
+    """Per task (label split), the share of its "and" test reviews read right from the network as it is: the
+    zero-shot margin logit(good) - logit(bad) at the shared rating slot (`protocols.rating_margins`), good
+    above one threshold, fitted (`fitted_threshold`) on the "and" reviews among the first n labelled ones,
+    the labels the fine-tune gets.  No weight moves: it asks whether polarity can be read off the network,
+    where the fine-tune asks what training on the labels makes of it."""
+    pools = [[r for r in task.labelled[:n] if " and " in r] for task in tasks]
+    tests = [[r for r in task.test if " and " in r] for task in tasks]
+    reviews = list(dict.fromkeys(r for group in pools + tests for r in group))
+    margin = dict(zip(reviews, rating_margins(model, kind, reviews)))
+    scores = []
+    for pool, test in zip(pools, tests):
+        threshold = fitted_threshold([margin[r] for r in pool], [true_rating(r) == "good" for r in pool])
+        scores.append(sum((margin[r] > threshold) == (true_rating(r) == "good") for r in test) / len(test))
+    return scores
+
+
 def _rating_examples(reviews) -> tuple:
     ids = [line_ids(r) for r in reviews]
     labels = torch.tensor([world.RATINGS.index(true_rating(r)) for r in reviews])
@@ -116,11 +148,12 @@ def finetune(model, kind: str, reviews, lr: float, seed: int, steps: int = STEPS
     through a new linear layer on the last hidden state instead (`nn.models.SlotClassifier`, drawn from `seed`)."""
     if not reviews:
         raise ValueError("fine-tuning needs at least one labelled review")
-    if head and kind != "bidirectional":
-        raise ValueError(f"a classifier head reads the <mask> slot of a bidirectional network, not a {kind!r} one")
+    if head and kind not in ("bidirectional", UNMASKED):
+        raise ValueError(f"a classifier head reads the slot of a bidirectional network, not a {kind!r} one")
     seed_everything(seed)   # the head's initialisation; nothing in a step is random
     tuned = copy.deepcopy(model)
-    tuned = (SlotClassifier(tuned, len(world.RATINGS)) if head else tuned).train()
+    dtype = next(tuned.parameters()).dtype           # the head in the network's dtype (float64 to measure)
+    tuned = (SlotClassifier(tuned, len(world.RATINGS)).to(dtype) if head else tuned).train()
     config = dict(OPTIMIZATION, lr=lr, min_lr=0.0, warmup=max(1, steps // 10), steps=steps)
     optimizer = make_optimizer(tuned, config)
     ids, slots, labels = _rating_examples(reviews)
@@ -143,6 +176,14 @@ def score(model, kind: str, reviews) -> dict:
         out[group] = sum(hits) / len(hits) if hits else float("nan")
     out["all"] = sum(right) / len(right)
     return out
+
+
+def fit_and_transfer(model, kind: str, task: RatingTask, n: int, lr: float, head: bool = False) -> dict:
+    """One fine-tune on the first n labelled reviews of `task` (seed = its split, as `sweep`'s), scored on those
+    n reviews and on the test reviews: {"labelled": score, "test": score}.  Tells a fine-tune that did not fit
+    its labels from one that fit them without carrying the rule to the held-out adjectives."""
+    tuned = finetune(model, kind, task.labelled[:n], lr, seed=task.split, head=head)
+    return {"labelled": score(tuned, kind, task.labelled[:n]), "test": score(tuned, kind, task.test)}
 
 
 def sweep(model, kind: str, ns, splits, learning_rates=LEARNING_RATES, steps: int = STEPS, progress=None,

@@ -7,7 +7,11 @@ Four kinds of model read text differently:
     bidirectional    BERT (MaskedTransformer, everything sees everything)
     encoder-decoder  T5 (EncoderDecoder)
 
-and section 06's models, which all read a source and write a target, are asked
+A bidirectional network can also be read with a plain token at the slot instead of <mask>
+(`UNMASKED`: the period): ELECTRA's discriminator never sees <mask> in pretraining, and its
+paper fine-tunes on unmasked text.
+
+Section 06's models, which all read a source and write a target, are asked
 in one of their training formats, with a mode token or none (`ul2_kind`:
 "ul2 span [R]", "ul2 prefix", ...; the question is `ul2.ask_slot`'s).
 
@@ -50,6 +54,8 @@ from lib.objectives.ul2 import FORMS, ask_slot, question_logits
 from lib.data.tokenizers import BOS, MASK, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
 
 RATING_IDS = [TOKENIZER[r] for r in world.RATINGS]
+UNMASKED = "bidirectional, unmasked"   # a bidirectional network read with UNMASKED_FILLER at the slot, not <mask>
+UNMASKED_FILLER = TOKENIZER["."]
 EVAL_SEED = 1234  # the seed of the new reviews every section-04 evaluation uses
 
 
@@ -117,7 +123,7 @@ def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = 409
     """(N, V): the logits each model gives for the token at sequences[i][slots[i]], asked its own way
     (see the module docstring); the token itself is never shown to the model.  grad=True keeps the graph
     (fine-tuning through the slot, `lib.measure.finetune`)."""
-    if ul2_question(kind) is None:
+    if ul2_question(kind) is None and kind != UNMASKED:
         check_kind(kind)
     if len(sequences) > chunk:
         return torch.cat([slot_logits(model, kind, sequences[i:i + chunk], slots[i:i + chunk], chunk, grad)
@@ -140,11 +146,11 @@ def _slot_logits(model, kind: str, sequences: list, slots: list):
         # prefix LM: the whole context is its bidirectional prefix; the last prefix position predicts the next token
         masks = for_kind(kind, T, [len(c) for c in contexts])
         return model(ids, hide_padding(masks, is_pad))[rows, torch.tensor(slots) - 1]
-    filler = MASK if kind == "bidirectional" else SENTINELS[0]
+    filler = {"bidirectional": MASK, UNMASKED: UNMASKED_FILLER}.get(kind, SENTINELS[0])
     filled = [seq[:s] + [filler] + seq[s + 1:] for seq, s in zip(sequences, slots)]
-    if kind == "bidirectional":
+    if kind in ("bidirectional", UNMASKED):
         ids, is_pad = pad(filled)
-        return model(ids, hide_padding(for_kind(kind, ids.shape[1]), is_pad))[rows, torch.tensor(slots)]
+        return model(ids, hide_padding(for_kind("bidirectional", ids.shape[1]), is_pad))[rows, torch.tensor(slots)]
     return decoder_logits(model, filled, [[BOS, SENTINELS[0]]] * len(filled))[:, 1]
 
 
@@ -168,15 +174,20 @@ def rating_margin_auc(model, kind: str, reviews: list) -> float:
     rating is good above those whose rating is bad (`ranking_auc`): argmax accuracy says only which word
     wins; a model that answers ok to everything can still order good and bad correctly (AUC near 1), not
     at all (0.5), or in reverse (near 0)."""
-    # In float64: a model near "always ok" gives margins only ~1e-6 apart, the size of float32's rounding, which
-    # differs between CPU kernels; float64's (~1e-15) does not reorder them, and margins equal to 1e-9 are ties.
+    margin, truths = rating_margins(model, kind, reviews), [true_rating(r) for r in reviews]
+    return ranking_auc([m for m, t in zip(margin, truths) if t == "good"],
+                       [m for m, t in zip(margin, truths) if t == "bad"])
+
+
+def rating_margins(model, kind: str, reviews: list) -> list:
+    """Each review's margin logit(good) - logit(bad) at its rating slot (the shared protocol), computed in float64
+    and rounded to 1e-9: a model near "always ok" gives margins only ~1e-6 apart, the size of float32's
+    rounding, which differs between CPU kernels; float64's (~1e-15) does not reorder them, and margins equal
+    to 1e-9 are ties."""
     model = precision.for_measurement(model)
     ids = [line_ids(r) for r in reviews]
     logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])
-    margin = [round(m, 9) for m in (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()]
-    truths = [true_rating(r) for r in reviews]
-    return ranking_auc([m for m, t in zip(margin, truths) if t == "good"],
-                       [m for m, t in zip(margin, truths) if t == "bad"])
+    return [round(m, 9) for m in (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()]
 
 
 def untrained_margin_aucs(build, kind: str, reviews: list, inits) -> list:

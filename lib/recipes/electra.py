@@ -85,6 +85,16 @@ def run_name(variant: str, seed: int = 0) -> str:
     return ("electra_bert" if variant == "bert" else variant) + (f"_seed{seed}" if seed else "")
 
 
+def fine_tuned_run(variant: str, seed: int = 0) -> str:
+    """The run whose yardstick entries (`lib.recipes.yardstick`) read `variant`: section 04's BERT for "bert"
+    (this section's is its bit-identical twin), the variant's own run otherwise.
+
+    >>> fine_tuned_run("bert", seed=1), fine_tuned_run("electra_g16")
+    ('compare_bert_seed1', 'electra_g16')
+    """
+    return comparison.run_name("bert", seed=seed) if variant == "bert" else run_name(variant, seed)
+
+
 def run(variant: str, seed: int = 0) -> Run:
     return Run(run_name(variant, seed), run_config(variant, seed), train_electra)
 

@@ -48,11 +48,12 @@ class Entry:
     step: object        # None: its committed checkpoint; an int: a snapshot after that many steps
     ns: tuple           # the label counts fine-tuned
     head: bool = False  # fine-tuned through a new classifier head (`finetune.finetune`) instead of its own slot
-    kind: str = None    # how the slot is asked, where the run's config does not say (section 06: `protocols.ul2_kind`)
+    kind: str = None    # how the slot is asked, where the run's config does not say (section 06: `protocols.ul2_kind`;
+                        # section 05: `protocols.UNMASKED`)
 
     @property
     def name(self) -> str:
-        asked = "" if self.kind is None else "_" + self.kind.split()[1]            # section 06: _span or _prefix
+        asked = "" if self.kind is None else "_" + self.form            # _span, _prefix or _unmasked
         return self.run.name + asked + ("" if self.step is None else f"_at{self.step}") + ("_head" if self.head else "")
 
     @property
@@ -61,8 +62,11 @@ class Entry:
 
     @property
     def form(self):
-        """Section 06: "span" or "prefix", the form its slot is asked in; None for the others."""
-        return None if self.kind is None else protocols.ul2_question(self.kind)[0]
+        """How the slot is asked where the run's config does not say: section 06's "span" or "prefix", section
+        05's "unmasked" (a period at the slot, `protocols.UNMASKED`); None for the others."""
+        if self.kind is None:
+            return None
+        return "unmasked" if self.kind == protocols.UNMASKED else protocols.ul2_question(self.kind)[0]
 
     def backbone(self) -> Run:
         """The run whose network is fine-tuned (a snapshot is the run stopped after `step` steps)."""
@@ -76,12 +80,17 @@ def entries() -> list:
     and at the snapshots with N labels; the exercises' runs (BERT masking 40 %, T5 spans for 6,000 steps) at
     their final checkpoints with N labels; BERT's final checkpoints and its floor also through a new
     classifier head (the BERT paper's way of fine-tuning), with N labels; section 05's ELECTRA
-    discriminators (every variant but BERT, which is section 04's) through a new head, with N labels; and
-    section 06's runs in both of their forms (`ul2_entries`)."""
+    discriminators (every variant but BERT, which is section 04's) through a new head, with N labels, read at
+    <mask> and unmasked (`protocols.UNMASKED`), BERT and its floor unmasked too; and section 06's runs in both
+    of their forms (`ul2_entries`)."""
     out = []
     for seed in electra.SEEDS:
-        out += [Entry(comparison.run("bert", seed=seed), 0, (N,), head=True)]
+        bert = comparison.run("bert", seed=seed)
+        out += [Entry(bert, 0, (N,), head=True)]
         out += [Entry(electra.run(v, seed), None, (N,), head=True) for v in electra.VARIANTS if v != "bert"]
+        out += [Entry(bert, step, (N,), head=True, kind=protocols.UNMASKED) for step in (None, 0)]
+        out += [Entry(electra.run(v, seed), None, (N,), head=True, kind=protocols.UNMASKED)
+                for v in electra.VARIANTS if v != "bert"]
     for seed in comparison.SEEDS:
         for recipe in comparison.RECIPES:
             run = comparison.run(recipe, seed=seed)
@@ -109,7 +118,8 @@ def ul2_entries() -> list:
 
 
 def entry(name: str, step=None, head: bool = False, form: str = None) -> Entry:
-    """The entry of run `name` (at `step`, through a head), asked in `form` for a section-06 run."""
+    """The entry of run `name` (at `step`, through a head), asked in `form` (a section-06 run's "span" or "prefix",
+    or "unmasked": `Entry.form`)."""
     for e in entries():
         if (e.run.name == name and e.step == step and e.head == head
                 and e.form == form):
@@ -211,6 +221,12 @@ def test_scores(name: str, step=None, n: int = N, group: str = "and", head: bool
     """One entry's yardstick: the test score on `group` reviews ("and", "but" or "all") of each label split, at
     the learning rate its validation chose (`finetune.chosen`) with n labelled reviews."""
     return [row["test"][group] for row in finetune.chosen(result(name, step, head, form)["rows"], n)]
+
+
+def mean_test_score(name: str, step=None, n: int = N, group: str = "and", head: bool = False, form: str = None) -> float:
+    """`test_scores` averaged over the label splits: the yardstick's one number for a network."""
+    scores = test_scores(name, step, n, group, head, form)
+    return sum(scores) / len(scores)
 
 
 def chosen_rate(name: str, step=None, n: int = N, head: bool = False) -> float:
