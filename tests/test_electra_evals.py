@@ -8,6 +8,8 @@ import torch
 
 from lib.data.tokenizers import TOKENIZER
 from lib.measure import electra_evals, evals, protocols
+from lib.nn.electra import Electra, ElectraConfig
+from lib.objectives.batches import VOCAB_SIZE
 
 LOGS = {("electra", 1): [{"step": 50, "recall": 0.2}, {"step": 100, "recall": float("nan")}],
         ("bert", 0): [{"step": 50, "recall": 9.0}, {"step": 100, "recall": 9.0}],
@@ -123,3 +125,36 @@ def test_a_table_probe_reads_a_class_the_embeddings_encode_and_not_one_they_do_n
     assert sum(probes.table_scores(model, world.FOOD_ADJECTIVES)) / 100 > 0.98
     shuffled = probes.table_scores(model, probes.shuffled_polarity(0))
     assert sum(shuffled) / len(shuffled) < 0.75
+
+
+class _RatingJudge:
+    """A stand-in ELECTRA that knows each review's rating: its generator puts logit(good) - logit(bad) at +1 for a
+    good review and -1 for a bad one; its discriminator calls the rating slot replaced when the word there is wrong."""
+
+    def __init__(self, reviews):
+        self.truth = {tuple(protocols.line_ids(r)[:-3]): protocols.true_rating(r) for r in reviews}
+
+    def _truths(self, inputs):
+        return [self.truth[tuple(row[:-3])] for row in inputs.tolist()]
+
+    def generator_logits(self, inputs, mask, where):
+        logits = torch.zeros(int(where.sum()), len(TOKENIZER.vocab), dtype=torch.float64)
+        logits[:, TOKENIZER["good"]] = torch.tensor([1.0 if t == "good" else -1.0 for t in self._truths(inputs)])
+        return logits
+
+    def replaced_logits(self, inputs, mask):
+        slot = protocols.review_slots(inputs[0].tolist())["rating"]
+        wrong = [TOKENIZER.vocab[row[slot]] != t for row, t in zip(inputs.tolist(), self._truths(inputs))]
+        logits = torch.full(inputs.shape, -5.0, dtype=torch.float64)
+        logits[:, slot] = torch.tensor([5.0 if w else -5.0 for w in wrong])
+        return logits
+
+
+def test_the_rating_slot_readings_rank_good_above_bad_only_when_the_model_knows():
+    reviews = [r for r in protocols.new_reviews(60) if " and " in r]
+    judge = _RatingJudge(reviews)
+    assert electra_evals.generator_rating_auc(judge, reviews) == 1.0
+    assert electra_evals.discriminator_rating_auc(judge, reviews) == 1.0
+    torch.manual_seed(0)
+    unigram = Electra(ElectraConfig(vocab_size=VOCAB_SIZE, context=32, generator_d_model=0))
+    assert electra_evals.generator_rating_auc(unigram, reviews) == 0.5        # its logits ignore the review

@@ -161,11 +161,12 @@ def test_the_margin_reading_fits_only_a_threshold_on_the_labelled_reviews():
     its offset (the threshold absorbs it); one whose margin carries nothing reads at most the majority share."""
     tasks = [finetune.rating_task(split) for split in (0, 1)]
     for offset in (-5.0, 0.0, 3.0):
-        assert finetune.margin_readout(_Reader(offset), "bidirectional", tasks, 32) == [1.0, 1.0]
+        assert finetune.margin_readout(_Reader(offset), "bidirectional", tasks, 32) == [{"threshold": 1.0, "auc": 1.0}] * 2
     blind = finetune.margin_readout(_Reader(informative=False), "bidirectional", tasks, 32)
-    for task, score in zip(tasks, blind):
+    for task, reading in zip(tasks, blind):
         good = [true_rating(r) == "good" for r in task.test if " and " in r]
-        assert score in (sum(good) / len(good), (len(good) - sum(good)) / len(good))
+        assert reading["threshold"] in (sum(good) / len(good), (len(good) - sum(good)) / len(good))
+        assert reading["auc"] == 0.5                                            # every margin ties
 
 
 def test_the_unmasked_reading_puts_a_period_at_the_slot_never_mask():

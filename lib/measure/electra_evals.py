@@ -221,6 +221,43 @@ def polarity_mass(mlm, reviews: list) -> float:
     return ((p * right).sum(-1) / p.sum(-1)).mean().item()
 
 
+def _rating_slot_batch(reviews: list):
+    """(ids (B, T), the bidirectional mask, the rating's position (B, T) bool) of `reviews`."""
+    ids = torch.tensor([protocols.line_ids(r) for r in reviews])
+    where = torch.zeros_like(ids, dtype=torch.bool)
+    where[:, protocols.review_slots(ids[0].tolist())["rating"]] = True              # every review: the same slot
+    return ids, torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).expand(len(reviews), -1, -1), where
+
+
+def _good_above_bad(margins, reviews: list) -> float:
+    """`protocols.ranking_auc` of per-review margins over the "and" reviews: good ones above bad ones."""
+    truths = [protocols.true_rating(r) for r in reviews]
+    return protocols.ranking_auc([m for m, t in zip(margins, truths) if t == "good"],
+                                 [m for m, t in zip(margins, truths) if t == "bad"])
+
+
+@torch.no_grad()
+def generator_rating_auc(model: Electra, reviews: list) -> float:
+    """The generator asked for the rating: with each review's rating masked, how well its logit(good) -
+    logit(bad) ranks the good "and" reviews above the bad ones (0.5: no polarity; a unigram generator's logits
+    do not depend on the review).  The argmax can say ok to every review and still rank them."""
+    ids, mask, where = _rating_slot_batch(reviews)
+    logits = model.generator_logits(ids.masked_fill(where, MASK), mask, where)         # (B, V)
+    good, bad = (TOKENIZER[r] for r in ("good", "bad"))
+    return _good_above_bad((logits[:, good] - logits[:, bad]).tolist(), reviews)
+
+
+@torch.no_grad()
+def discriminator_rating_auc(model: Electra, reviews: list) -> float:
+    """The discriminator asked for the rating: each review read with good and with bad in its rating slot, scored
+    by the log-probability that no token of the line was replaced; how well score(good) - score(bad) ranks the
+    good "and" reviews above the bad ones (0.5: its verdicts do not depend on whether the rating fits)."""
+    ids, mask, where = _rating_slot_batch(reviews)
+    scores = [F.logsigmoid(-model.replaced_logits(ids.masked_fill(where, TOKENIZER[word]), mask)).sum(-1)
+              for word in ("good", "bad")]
+    return _good_above_bad((scores[0] - scores[1]).tolist(), reviews)
+
+
 @torch.no_grad()
 def swap_detection(model: Electra, reviews: list) -> dict:
     """The discriminator's p(replaced) at the food adjective of each review after it is swapped for each of the

@@ -32,7 +32,8 @@ import torch.nn.functional as F
 
 from lib.data import world
 from lib.data.seeding import seed_everything
-from lib.measure.protocols import RATING_IDS, UNMASKED, line_ids, rating_margins, review_slots, slot_logits, true_rating
+from lib.measure.protocols import (RATING_IDS, UNMASKED, line_ids, ranking_auc, rating_margins, review_slots,
+                                   slot_logits, true_rating)
 from lib.nn.models import SlotClassifier
 from lib.train.loop import OPTIMIZATION, make_optimizer, optimizer_step
 
@@ -112,20 +113,26 @@ def fitted_threshold(scores: list, positive: list) -> float:
 
 
 def margin_readout(model, kind: str, tasks, n: int) -> list:
-    """Per task (label split), the share of its "and" test reviews read right from the network as it is: the
-    zero-shot margin logit(good) - logit(bad) at the shared rating slot (`protocols.rating_margins`), good
-    above one threshold, fitted (`fitted_threshold`) on the "and" reviews among the first n labelled ones,
-    the labels the fine-tune gets.  No weight moves: it asks whether polarity can be read off the network,
-    where the fine-tune asks what training on the labels makes of it."""
+    """Per task (label split), two readings of its "and" test reviews from the network as it is, by the zero-shot
+    margin logit(good) - logit(bad) at the shared rating slot (`protocols.rating_margins`): "threshold", the
+    share read right as good above one threshold, fitted (`fitted_threshold`) on the "and" reviews among the
+    first n labelled ones, the labels the fine-tune gets; and "auc", how well the margin ranks the test's good
+    reviews above its bad ones, no threshold at all (`protocols.ranking_auc`).  No weight moves: they ask
+    whether polarity can be read off the network, where the fine-tune asks what training on the labels makes
+    of it; a threshold reading below the AUC means the margins of unseen adjectives sit elsewhere than those
+    of the labelled ones."""
     pools = [[r for r in task.labelled[:n] if " and " in r] for task in tasks]
     tests = [[r for r in task.test if " and " in r] for task in tasks]
     reviews = list(dict.fromkeys(r for group in pools + tests for r in group))
     margin = dict(zip(reviews, rating_margins(model, kind, reviews)))
-    scores = []
+    readings = []
     for pool, test in zip(pools, tests):
         threshold = fitted_threshold([margin[r] for r in pool], [true_rating(r) == "good" for r in pool])
-        scores.append(sum((margin[r] > threshold) == (true_rating(r) == "good") for r in test) / len(test))
-    return scores
+        good = [true_rating(r) == "good" for r in test]
+        readings.append({"threshold": sum((margin[r] > threshold) == g for r, g in zip(test, good)) / len(test),
+                         "auc": ranking_auc([margin[r] for r, g in zip(test, good) if g],
+                                            [margin[r] for r, g in zip(test, good) if not g])})
+    return readings
 
 
 def _rating_examples(reviews) -> tuple:

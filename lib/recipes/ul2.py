@@ -13,6 +13,9 @@ Six recipes, each over three seeds (`lib.trainers.ul2`): three objectives on eac
 
 so that each specialist objective is measured on both backbones (objective and
 backbone vary independently; the mixture is the third objective).
+CONTROLS holds a recipe that separates two readings of the results, over the same
+three seeds: X(3, 0.5) alone on the decoder, short spans like R's but as many rating
+words among its targets per step as S's (`batch_stats.totals`), without S's format.
 The four one-denoiser recipes are also trained for SHORT = 357 steps, a whole
 schedule in which they see as many targets of their denoiser as the mixture sees
 in 2,500 (`run(recipe, seed, SHORT)`: "ul2_t5_span_steps357_seed1").
@@ -60,15 +63,21 @@ RECIPES = {
 }
 
 
+CONTROLS = {
+    # spans as short as R's, half the window hidden: about as many rating words among the targets per step as S
+    "dense_spans_decoder": Recipe("X(3, 0.5) only (decoder)", "decoder", (Denoiser("X", 3, 0.5),), False),
+}
+
+
 def run_config(recipe: str, seed: int = 0, steps: int = STEPS) -> dict:
     """Everything that defines one run (the checkpoint key hashes it).
 
     >>> c = run_config("ul2_decoder"); c["window"], c["model"]["context"], len(c["denoisers"]), c["mode_tokens"]
     (128, 160, 7, True)
     """
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; choose from {list(RECIPES)}")
-    r = RECIPES[recipe]
+    if recipe not in RECIPES and recipe not in CONTROLS:
+        raise ValueError(f"unknown recipe {recipe!r}; choose from {list(RECIPES) + list(CONTROLS)}")
+    r = RECIPES.get(recipe) or CONTROLS[recipe]
     context = DECODER_CONTEXT if r.backbone == "decoder" else CONTEXT
     model = ModelConfig(vocab_size=batches.VOCAB_SIZE, context=context, d_model=64, n_layers=2, n_heads=4)
     return {"recipe": recipe, "backbone": r.backbone, "mode_tokens": r.mode_tokens,
@@ -92,6 +101,6 @@ def run(recipe: str, seed: int = 0, steps: int = STEPS) -> Run:
 
 
 def runs() -> list:
-    """The six recipes over three seeds, and the four one-denoiser recipes trained for SHORT steps."""
-    return ([run(recipe, seed) for seed in SEEDS for recipe in RECIPES]
+    """The six recipes and the controls over three seeds, and the four one-denoiser recipes trained for SHORT steps."""
+    return ([run(recipe, seed) for seed in SEEDS for recipe in [*RECIPES, *CONTROLS]]
             + [run(recipe, seed, SHORT) for seed in SEEDS for recipe in RECIPES if len(RECIPES[recipe].denoisers) == 1])

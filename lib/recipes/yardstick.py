@@ -40,6 +40,7 @@ CURVE = (8, 32, 128)              # labelled reviews: the curve at the final che
 N = 32                            # the label count of the table and of the snapshots
 SNAPSHOTS = (250, 500, 1000)      # pretraining steps fine-tuned on the way (the final one is the checkpoint)
 SPLITS = (0, 1, 2)                # label splits (each: which adjectives are labelled, which reviews)
+FLOOR_SEEDS = range(3, 13)        # ten more untrained initialisations per kind of §04 network, for the floor
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Entry:
 
 def entries() -> list:
     """Every main comparison run (5 recipes x 3 seeds) at its floor and final checkpoint over the label curve
+    (and the floor at ten more initialisations, `floor_entries`)
     and at the snapshots with N labels; the exercises' runs (BERT masking 40 %, T5 spans for 6,000 steps) at
     their final checkpoints with N labels; BERT's final checkpoints and its floor also through a new
     classifier head (the BERT paper's way of fine-tuning), with N labels; section 05's ELECTRA
@@ -99,16 +101,23 @@ def entries() -> list:
                 out.append(Entry(run, None, (N,), head=True))
         out += [Entry(comparison.run("bert", mlm_rate=0.40, seed=seed), None, (N,)),
                 Entry(comparison.run("t5_span", steps=6000, seed=seed), None, (N,))]
-    return out + ul2_entries()
+    return out + floor_entries() + ul2_entries()
+
+
+def floor_entries() -> list:
+    """Section 04's floor, widened: the untrained network of each kind (the two T5 recipes share one) at ten
+    more initialisations (FLOOR_SEEDS), fine-tuned like the runs' own step 0, with N labels."""
+    return [Entry(comparison.run(recipe, seed=seed), 0, (N,)) for seed in FLOOR_SEEDS
+            for recipe in comparison.RECIPES if recipe != "t5_iid"]
 
 
 def ul2_entries() -> list:
-    """Section 06: every run asked in both forms through its own slot, with N labels: the span form (R's, with
+    """Section 06: every run (the controls too) asked in both forms through its own slot, with N labels: the span form (R's, with
     [R] where the recipe trains with mode tokens) and the prefix form (S's, with [S]); and the floor, the
     initialisation of each backbone (the R-only recipes' runs at step 0), asked in both forms without a token."""
     out = []
     for seed in ul2.SEEDS:
-        for recipe in ul2.RECIPES:
+        for recipe in [*ul2.RECIPES, *ul2.CONTROLS]:
             tokens = ul2.run_config(recipe)["mode_tokens"]
             out += [Entry(ul2.run(recipe, seed), None, (N,), kind=protocols.ul2_kind(form, mode if tokens else None))
                     for form, mode in (("span", "R"), ("prefix", "S"))]
