@@ -185,19 +185,12 @@ def score(model, kind: str, reviews) -> dict:
     return out
 
 
-def fit_and_transfer(model, kind: str, task: RatingTask, n: int, lr: float, head: bool = False) -> dict:
-    """One fine-tune on the first n labelled reviews of `task` (seed = its split, as `sweep`'s), scored on those
-    n reviews and on the test reviews: {"labelled": score, "test": score}.  Tells a fine-tune that did not fit
-    its labels from one that fit them without carrying the rule to the held-out adjectives."""
-    tuned = finetune(model, kind, task.labelled[:n], lr, seed=task.split, head=head)
-    return {"labelled": score(tuned, kind, task.labelled[:n]), "test": score(tuned, kind, task.test)}
-
-
 def sweep(model, kind: str, ns, splits, learning_rates=LEARNING_RATES, steps: int = STEPS, progress=None,
-          head: bool = False) -> list:
+          head: bool = False, score_labels: bool = False) -> list:
     """Fine-tune a copy of `model` on the first n labelled reviews of each label split, at each learning rate
     (through a new head where head=True, see `finetune`); one row per fine-tune: {"n", "split", "lr",
-    "validation": score, "test": score, "seconds"}.  progress(done, total) is called after each fine-tune."""
+    "validation": score, "test": score, "seconds"}, and with score_labels its score on the n reviews it was
+    fine-tuned on ("labelled": did it fit its labels?).  progress(done, total) is called after each fine-tune."""
     rows, total = [], len(ns) * len(splits) * len(learning_rates)
     for split in splits:
         task = rating_task(split)
@@ -206,7 +199,8 @@ def sweep(model, kind: str, ns, splits, learning_rates=LEARNING_RATES, steps: in
                 start = time.perf_counter()
                 tuned = finetune(model, kind, task.labelled[:n], lr, seed=split, steps=steps, head=head)
                 rows.append({"n": n, "split": split, "lr": lr, "validation": score(tuned, kind, task.validation),
-                             "test": score(tuned, kind, task.test), "seconds": time.perf_counter() - start})
+                             "test": score(tuned, kind, task.test), "seconds": time.perf_counter() - start}
+                            | ({"labelled": score(tuned, kind, task.labelled[:n])} if score_labels else {}))
                 if progress:
                     progress(len(rows), total)
     return rows

@@ -51,6 +51,7 @@ class Entry:
     head: bool = False  # fine-tuned through a new classifier head (`finetune.finetune`) instead of its own slot
     kind: str = None    # how the slot is asked, where the run's config does not say (section 06: `protocols.ul2_kind`;
                         # section 05: `protocols.UNMASKED`)
+    labels_scored: bool = False   # each fine-tune also scored on the reviews it was fine-tuned on (`finetune.sweep`)
 
     @property
     def name(self) -> str:
@@ -90,8 +91,8 @@ def entries() -> list:
         bert = comparison.run("bert", seed=seed)
         out += [Entry(bert, 0, (N,), head=True)]
         out += [Entry(electra.run(v, seed), None, (N,), head=True) for v in electra.VARIANTS if v != "bert"]
-        out += [Entry(bert, step, (N,), head=True, kind=protocols.UNMASKED) for step in (None, 0)]
-        out += [Entry(electra.run(v, seed), None, (N,), head=True, kind=protocols.UNMASKED)
+        out += [Entry(bert, step, (N,), head=True, kind=protocols.UNMASKED, labels_scored=True) for step in (None, 0)]
+        out += [Entry(electra.run(v, seed), None, (N,), head=True, kind=protocols.UNMASKED, labels_scored=True)
                 for v in electra.VARIANTS if v != "bert"]
     for seed in comparison.SEEDS:
         for recipe in comparison.RECIPES:
@@ -139,6 +140,7 @@ def entry(name: str, step=None, head: bool = False, form: str = None) -> Entry:
 
 def key(e: Entry) -> str:
     asked = {} if e.kind is None else {"kind": e.kind}        # the older entries' keys stay as they were
+    asked |= {"labels_scored": True} if e.labels_scored else {}
     blob = json.dumps({"backbone": cache.checkpoint_key(e.backbone()), "ns": e.ns, "splits": SPLITS,
                        "learning_rates": finetune.LEARNING_RATES, "steps": finetune.STEPS,
                        "version": finetune.VERSION, "head": e.head, **asked}, sort_keys=True)
@@ -175,7 +177,8 @@ def compute(name: str, step, directory: str = None, head: bool = False, form: st
     with tqdm(total=len(e.ns) * len(SPLITS) * len(finetune.LEARNING_RATES), desc=f"fine-tuning {e.name}",
               file=sys.stderr, mininterval=1.0) as bar:
         rows = finetune.sweep(model, kind, e.ns, SPLITS, finetune.LEARNING_RATES, finetune.STEPS,
-                              progress=lambda done, total: bar.update(done - bar.n), head=e.head)
+                              progress=lambda done, total: bar.update(done - bar.n), head=e.head,
+                              score_labels=e.labels_scored)
     saved = {"key": key(e), "name": e.name, "run": e.run.name, "step": e.step, "head": e.head, "ns": list(e.ns),
              "backbone_seconds": round(trained, 1), "cpu": processes.cpu_name(), "zero_shot": zero_shot,
              "log": log, "rows": rows}
@@ -229,7 +232,12 @@ def result(name: str, step=None, head: bool = False, form: str = None) -> dict:
 def test_scores(name: str, step=None, n: int = N, group: str = "and", head: bool = False, form: str = None) -> list:
     """One entry's yardstick: the test score on `group` reviews ("and", "but" or "all") of each label split, at
     the learning rate its validation chose (`finetune.chosen`) with n labelled reviews."""
-    return [row["test"][group] for row in finetune.chosen(result(name, step, head, form)["rows"], n)]
+    return [row["test"][group] for row in chosen_rows(name, step, n, head, form)]
+
+
+def chosen_rows(name: str, step=None, n: int = N, head: bool = False, form: str = None) -> list:
+    """The saved fine-tunes at the chosen learning rate, one row per label split (`finetune.chosen`)."""
+    return finetune.chosen(result(name, step, head, form)["rows"], n)
 
 
 def mean_test_score(name: str, step=None, n: int = N, group: str = "and", head: bool = False, form: str = None) -> float:
