@@ -30,7 +30,8 @@ recalled every FACT_EVAL_EVERY steps:
     facts_experts   4 experts of hidden 128, top-1                          active = dense, total = facts_wide
     facts_wide      one MLP of hidden 512                                   active = total = facts_experts' total
 
-and facts_dense also for twice the steps (facts_dense_steps32000).
+and facts_dense also for twice the steps (facts_dense_steps32000); FACT_CONTROLS: facts_experts without a
+capacity limit, for seed 1 (facts_experts_uncapped_seed1).
 
 Every other run reads the same windows as the base model (seeded the same way), with
 the base model's optimisation and schedule, for STEPS steps (a third of the
@@ -86,6 +87,9 @@ FACT_VARIANTS = {  # name -> (the MoEConfig fields of its feed-forward layers, w
     "facts_wide": ({"n_experts": 0, "n_shared": 1, "expert_hidden": 512}, 0.0),
 }
 FACT_LONGER = 2 * FACT_STEPS     # facts_dense's longer schedule
+# facts_experts without a capacity limit, for the seed that never took off: do the plateau's drops hold it back?
+FACT_CONTROLS = {"facts_experts_uncapped": ({**FACT_VARIANTS["facts_experts"][0], "capacity_factor": None}, BALANCE)}
+FACT_CONTROL_SEEDS = (1,)
 
 
 def _config(variant: str, table: dict, seed: int, steps: int, eval_every: int, width: dict = None, **extra) -> dict:
@@ -95,7 +99,7 @@ def _config(variant: str, table: dict, seed: int, steps: int, eval_every: int, w
         raise ValueError(f"unknown variant {variant!r}; choose from {list(table)}")
     experts, balance, width = *table[variant], width or {}
     model = (ModelConfig(**width) if experts is None else
-             MoEConfig(**width, **experts, capacity_factor=CAPACITY_FACTOR if experts["n_experts"] else None))
+             MoEConfig(**width, **{"capacity_factor": CAPACITY_FACTOR if experts["n_experts"] else None, **experts}))
     return {**BASE_MODEL, "network": "tinygpt" if experts is None else "moe", "variant": variant,
             "model": model.to_dict(), "balance": balance, "steps": steps, "eval_every": eval_every, "seed": seed,
             **extra}
@@ -111,7 +115,8 @@ def fact_run(variant: str, seed: int = 0, steps: int = FACT_STEPS) -> Run:
     >>> r = fact_run("facts_experts", 1); r.name, r.config["fact_world"], r.config["model"]["d_model"]
     ('facts_experts_seed1', 3000, 32)
     """
-    config = _config(variant, FACT_VARIANTS, seed, steps, FACT_EVAL_EVERY, FACT_WIDTH, fact_world=FACT_PEOPLE)
+    config = _config(variant, FACT_VARIANTS | FACT_CONTROLS, seed, steps, FACT_EVAL_EVERY, FACT_WIDTH,
+                     fact_world=FACT_PEOPLE)
     return Run(_name(variant, seed, steps, FACT_STEPS), config, train_char_lm)
 
 
@@ -144,7 +149,8 @@ def runs() -> list:
     return ([run(variant, seed) for seed in SEEDS for variant in VARIANTS]
             + [run("dense", seed, steps) for steps in LONGER for seed in SEEDS]
             + [fact_run(variant, seed) for seed in SEEDS for variant in FACT_VARIANTS]
-            + [fact_run("facts_dense", seed, FACT_LONGER) for seed in SEEDS])
+            + [fact_run("facts_dense", seed, FACT_LONGER) for seed in SEEDS]
+            + [fact_run(variant, seed) for seed in FACT_CONTROL_SEEDS for variant in FACT_CONTROLS])
 
 
 def feed_forward(variant: str) -> dict:
