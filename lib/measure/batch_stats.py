@@ -16,7 +16,7 @@ import torch
 
 from lib.data.tokenizers import MASK, NEWLINE_WORD, PAD, SENTINELS, TOKENIZER
 from lib.measure.protocols import RATING_IDS
-from lib.objectives.batches import VOCAB_SIZE, random_windows
+from lib.objectives.batches import VOCAB_SIZE, electra_batch, mlm_batch, random_windows
 
 TEMPLATE_SLOTS = 17   # a review and its newline: 17 word tokens
 
@@ -170,6 +170,13 @@ def words_by_length(text: str) -> dict:
     for word in set(re.findall(r"[a-z0-9]+", text)):
         words.setdefault(len(word), []).append(word)
     return words
+
+
+def stand_in_electra_batch(windows, counts, generator) -> tuple:
+    """(the generator's input, ELECTRA's batch) for `windows` with the stand-in generator (`slot_generator_logits`
+    over `slot_counts`): every selected position is <mask> for the generator, as the paper masks."""
+    masked = mlm_batch(windows, generator, mask_share=1.0, random_share=0.0)
+    return masked, electra_batch(masked, slot_generator_logits(windows, counts), generator)
 
 
 def masked_character_counts(text: str, rate: float = 0.15, seed: int = 0) -> Counter:
