@@ -282,6 +282,15 @@ def swap_detection(model: Electra, reviews: list) -> dict:
             "auc": (auc[positive].mean().item() + auc[~positive].mean().item()) / 2}
 
 
+def label_prior_entropy(row: dict, positions: int, selected_only: bool) -> float:
+    """The binary cross-entropy (nats) of the best constant answer for one logged evaluation `row`: the share of
+    scored positions replaced (all `positions` of the evaluation, or the selected ones for ELECTRA-15 %).  A
+    discriminator whose loss is above it does worse than one that flags nothing."""
+    replaced = sum(row[f"count_{c}"] for c in CLASSES)
+    p = replaced / (replaced / row["replaced_share"] if selected_only else positions)
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+
 @torch.no_grad()
 def review_losses(model: Electra, bert, ids, config: dict, row: int) -> dict:
     """One review of the evaluation batch (`replaced_batch`): the generator's loss at its selected positions,
