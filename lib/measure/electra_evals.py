@@ -197,11 +197,12 @@ def untrained_scores(build, inits) -> dict:
     return scores
 
 
-def _food_adjective_batch(reviews: list):
-    """(ids (B, T), the bidirectional mask, the food adjective's position (B, T) bool) of `reviews`."""
+def _slot_batch(reviews: list, slot: str):
+    """(ids (B, T), the bidirectional mask, the position of `slot` (`protocols.review_slots`) (B, T) bool) of
+    `reviews`."""
     ids = torch.tensor([protocols.line_ids(r) for r in reviews])
     where = torch.zeros_like(ids, dtype=torch.bool)
-    where[:, protocols.review_slots(ids[0].tolist())["food_adjective"]] = True     # every review: the same slot
+    where[:, protocols.review_slots(ids[0].tolist())[slot]] = True     # every review: the same slot
     return ids, torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).expand(len(reviews), -1, -1), where
 
 
@@ -214,26 +215,11 @@ def polarity_mass(mlm, reviews: list) -> float:
     """With each review's food adjective masked, the share of the probability a masked LM gives the 16 food
     adjectives that goes to those of the right polarity (the rest of the review decides it), mean over reviews:
     1 knows polarity, 0.5 does not.  mlm(inputs, attention_mask, where) -> (K, V) logits at `where`."""
-    ids, mask, where = _food_adjective_batch(reviews)
+    ids, mask, where = _slot_batch(reviews, "food_adjective")
     inputs = ids.masked_fill(where, MASK)
     p = mlm(inputs, mask, where).softmax(-1)[:, FOOD_IDS]                          # (B, 16)
     right = FOOD_POLARITY[None, :] == FOOD_POLARITY[(ids[where][:, None] == FOOD_IDS).float().argmax(-1)][:, None]
     return ((p * right).sum(-1) / p.sum(-1)).mean().item()
-
-
-def _rating_slot_batch(reviews: list):
-    """(ids (B, T), the bidirectional mask, the rating's position (B, T) bool) of `reviews`."""
-    ids = torch.tensor([protocols.line_ids(r) for r in reviews])
-    where = torch.zeros_like(ids, dtype=torch.bool)
-    where[:, protocols.review_slots(ids[0].tolist())["rating"]] = True              # every review: the same slot
-    return ids, torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).expand(len(reviews), -1, -1), where
-
-
-def _good_above_bad(margins, reviews: list) -> float:
-    """`protocols.ranking_auc` of per-review margins over the "and" reviews: good ones above bad ones."""
-    truths = [protocols.true_rating(r) for r in reviews]
-    return protocols.ranking_auc([m for m, t in zip(margins, truths) if t == "good"],
-                                 [m for m, t in zip(margins, truths) if t == "bad"])
 
 
 @torch.no_grad()
@@ -241,10 +227,10 @@ def generator_rating_auc(model: Electra, reviews: list) -> float:
     """The generator asked for the rating: with each review's rating masked, how well its logit(good) -
     logit(bad) ranks the good "and" reviews above the bad ones (0.5: no polarity; a unigram generator's logits
     do not depend on the review).  The argmax can say ok to every review and still rank them."""
-    ids, mask, where = _rating_slot_batch(reviews)
+    ids, mask, where = _slot_batch(reviews, "rating")
     logits = model.generator_logits(ids.masked_fill(where, MASK), mask, where)         # (B, V)
     good, bad = (TOKENIZER[r] for r in ("good", "bad"))
-    return _good_above_bad((logits[:, good] - logits[:, bad]).tolist(), reviews)
+    return protocols.good_above_bad((logits[:, good] - logits[:, bad]).tolist(), reviews)
 
 
 @torch.no_grad()
@@ -252,10 +238,10 @@ def discriminator_rating_auc(model: Electra, reviews: list) -> float:
     """The discriminator asked for the rating: each review read with good and with bad in its rating slot, scored
     by the log-probability that no token of the line was replaced; how well score(good) - score(bad) ranks the
     good "and" reviews above the bad ones (0.5: its verdicts do not depend on whether the rating fits)."""
-    ids, mask, where = _rating_slot_batch(reviews)
+    ids, mask, where = _slot_batch(reviews, "rating")
     scores = [F.logsigmoid(-model.replaced_logits(ids.masked_fill(where, TOKENIZER[word]), mask)).sum(-1)
               for word in ("good", "bad")]
-    return _good_above_bad((scores[0] - scores[1]).tolist(), reviews)
+    return protocols.good_above_bad((scores[0] - scores[1]).tolist(), reviews)
 
 
 @torch.no_grad()
@@ -265,7 +251,7 @@ def swap_detection(model: Electra, reviews: list) -> dict:
     {"same", "other": mean p(replaced); "auc": within a review, the share of (same, other) pairs in which the
     false one gets the higher p (ties half), averaged over the reviews, the reviews of positive and of negative
     originals weighted equally (so a word's own bias cancels)}: 0.5 when it cannot tell a polarity swap from a synonym."""
-    ids, mask, where = _food_adjective_batch(reviews)
+    ids, mask, where = _slot_batch(reviews, "food_adjective")
     index = (ids[where][:, None] == FOOD_IDS).float().argmax(-1)                    # (B,): which food adjective
     p = torch.empty(len(reviews), len(FOOD_IDS), dtype=torch.float64)
     for j, word in enumerate(FOOD_IDS.tolist()):

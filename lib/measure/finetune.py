@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from lib.data import world
 from lib.data.seeding import seed_everything
-from lib.measure.protocols import (RATING_IDS, UNMASKED, line_ids, ranking_auc, rating_margins, review_slots,
+from lib.measure.protocols import (RATING_IDS, UNMASKED, good_above_bad, line_ids, rating_margins, review_slots,
                                    slot_logits, true_rating)
 from lib.nn.models import SlotClassifier
 from lib.train.loop import OPTIMIZATION, make_optimizer, optimizer_step
@@ -117,7 +117,7 @@ def margin_readout(model, kind: str, tasks, n: int) -> list:
     margin logit(good) - logit(bad) at the shared rating slot (`protocols.rating_margins`): "threshold", the
     share read right as good above one threshold, fitted (`fitted_threshold`) on the "and" reviews among the
     first n labelled ones, the labels the fine-tune gets; and "auc", how well the margin ranks the test's good
-    reviews above its bad ones, no threshold at all (`protocols.ranking_auc`).  No weight moves: they ask
+    reviews above its bad ones, no threshold at all (`protocols.good_above_bad`).  No weight moves: they ask
     whether polarity can be read off the network, where the fine-tune asks what training on the labels makes
     of it; a threshold reading below the AUC means the margins of unseen adjectives sit elsewhere than those
     of the labelled ones."""
@@ -130,8 +130,7 @@ def margin_readout(model, kind: str, tasks, n: int) -> list:
         threshold = fitted_threshold([margin[r] for r in pool], [true_rating(r) == "good" for r in pool])
         good = [true_rating(r) == "good" for r in test]
         readings.append({"threshold": sum((margin[r] > threshold) == g for r, g in zip(test, good)) / len(test),
-                         "auc": ranking_auc([margin[r] for r, g in zip(test, good) if g],
-                                            [margin[r] for r, g in zip(test, good) if not g])})
+                         "auc": good_above_bad([margin[r] for r in test], test)})
     return readings
 
 

@@ -174,9 +174,15 @@ def rating_margin_auc(model, kind: str, reviews: list) -> float:
     rating is good above those whose rating is bad (`ranking_auc`): argmax accuracy says only which word
     wins; a model that answers ok to everything can still order good and bad correctly (AUC near 1), not
     at all (0.5), or in reverse (near 0)."""
-    margin, truths = rating_margins(model, kind, reviews), [true_rating(r) for r in reviews]
-    return ranking_auc([m for m, t in zip(margin, truths) if t == "good"],
-                       [m for m, t in zip(margin, truths) if t == "bad"])
+    return good_above_bad(rating_margins(model, kind, reviews), reviews)
+
+
+def good_above_bad(scores: list, reviews: list) -> float:
+    """`ranking_auc` of one score per review: the reviews whose true rating is good above those whose rating is
+    bad (ok reviews are left out)."""
+    truths = [true_rating(r) for r in reviews]
+    return ranking_auc([m for m, t in zip(scores, truths) if t == "good"],
+                       [m for m, t in zip(scores, truths) if t == "bad"])
 
 
 def rating_margins(model, kind: str, reviews: list) -> list:

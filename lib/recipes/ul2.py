@@ -75,9 +75,10 @@ def run_config(recipe: str, seed: int = 0, steps: int = STEPS) -> dict:
     >>> c = run_config("ul2_decoder"); c["window"], c["model"]["context"], len(c["denoisers"]), c["mode_tokens"]
     (128, 160, 7, True)
     """
-    if recipe not in RECIPES and recipe not in CONTROLS:
-        raise ValueError(f"unknown recipe {recipe!r}; choose from {list(RECIPES) + list(CONTROLS)}")
-    r = RECIPES.get(recipe) or CONTROLS[recipe]
+    every = RECIPES | CONTROLS
+    if recipe not in every:
+        raise ValueError(f"unknown recipe {recipe!r}; choose from {list(every)}")
+    r = every[recipe]
     context = DECODER_CONTEXT if r.backbone == "decoder" else CONTEXT
     model = ModelConfig(vocab_size=batches.VOCAB_SIZE, context=context, d_model=64, n_layers=2, n_heads=4)
     return {"recipe": recipe, "backbone": r.backbone, "mode_tokens": r.mode_tokens,
