@@ -118,19 +118,26 @@ def move(tab, kind: str, selector: str) -> list:
     if before is None:
         return [f"no {kind} on the page"]
     # A text control's label not selected gets a click (its track is 0: the drag stays put); a slider's
-    # handle is dragged a fifth of its track to the right.
-    tab.mouse.move(before["x"], before["y"])
-    tab.mouse.down()
-    tab.mouse.move(before["x"] + before["track"] / 5, before["y"], steps=10)
-    tab.mouse.up()
-    try:
-        after = chromium.wait_for(tab, f"""(() => {{ const c = ({CONTROL})({json.dumps(selector)}, 0);
-            return c && c.output !== {json.dumps(before["output"])} && c.output.trim() ? c : null; }})()""",
-                             timeout=60, what=f"the {kind}'s output to change")
-    except TimeoutError as error:
-        return [str(error)]
+    # handle is dragged a fifth of its track to the right.  The page may still be scrolling the control into
+    # view or laying out the widget when the first drag lands (about one run in three here), so the box is read
+    # again after a pause and the drag is tried up to three times, 20 s each.
+    changed = f"""(() => {{ const c = ({CONTROL})({json.dumps(selector)}, 0);
+        return c && c.output !== {json.dumps(before["output"])} && c.output.trim() ? c : null; }})()"""
+    for attempt in range(3):
+        time.sleep(1)
+        box = tab.evaluate(f"({CONTROL})({json.dumps(selector)}, 0)")
+        tab.mouse.move(box["x"], box["y"])
+        tab.mouse.down()
+        tab.mouse.move(box["x"] + box["track"] / 5, box["y"], steps=10)
+        tab.mouse.up()
+        try:
+            after = chromium.wait_for(tab, changed, timeout=20, what=f"the {kind}'s output to change")
+            break
+        except TimeoutError as error:
+            if attempt == 2:
+                return [f"{error} (3 tries)"]
     print(f"  {kind}: {before['value']!r} -> {after['value']!r}; output {before['output'].splitlines()[0][:60]!r} "
-          f"-> {after['output'].splitlines()[0][:60]!r} ({after['images']} pictures)")
+          f"-> {after['output'].splitlines()[0][:60]!r} ({after['images']} pictures; try {attempt + 1})")
     problems = [f"{kind}: an error in the output"] if after["errors"] else []
     if "\\n" in after["output"] or after["output"].lstrip()[:1] in "'\"":   # text shown as a Python literal
         problems.append(f"{kind}: the output is a string literal, not text: {after['output'][:80]!r}")
