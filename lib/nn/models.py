@@ -15,13 +15,14 @@ agree to float rounding, a test checks).  Masks are boolean, True = may attend.
 """
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from lib.nn.masks import causal_mask, encoder_decoder_masks
+from lib.nn.modern import RMSNorm, SwiGLU, apply_rope
 
 
 @dataclass(frozen=True)
@@ -31,13 +32,45 @@ class ModelConfig:
     d_model: int = 64        # d
     n_layers: int = 2        # L
     n_heads: int = 4
+    # Section 09's switches, each off by default (today's TinyGPT); to_dict leaves out those at their default,
+    # so every recipe written before them keeps its key.
+    norm: str = "layernorm"     # or "rmsnorm"
+    mlp: str = "gelu"           # or "swiglu"
+    mlp_hidden: int = None      # the MLP's hidden width; None: 4d (GELU), round(8d/3) (SwiGLU: the same 8d² weights)
+    position: str = "learned"   # or "rope": no position table, q and k rotated (`modern.apply_rope`)
+    kv_heads: int = None        # key/value heads g: None = n_heads (multi-head), 1 = multi-query
+    bias: bool = True           # biases in every linear layer and LayerNorm
+    tie_output: bool = True     # the output layer is the token embedding (else a matrix of its own)
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        for key, allowed in (("norm", ("layernorm", "rmsnorm")), ("mlp", ("gelu", "swiglu")),
+                             ("position", ("learned", "rope"))):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"{key}={getattr(self, key)!r}: choose from {allowed}")
+        if self.kv_heads is not None and not (1 <= self.kv_heads <= self.n_heads and self.n_heads % self.kv_heads == 0):
+            raise ValueError(f"kv_heads={self.kv_heads} must divide n_heads={self.n_heads}")
+        if self.position == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"rotary embeddings need an even head size, got {self.d_model // self.n_heads}")
+
+    @property
+    def groups(self) -> int:
+        """g, the number of key/value heads."""
+        return self.kv_heads or self.n_heads
+
+    @property
+    def hidden(self) -> int:
+        """The MLP's hidden width."""
+        return self.mlp_hidden or (4 * self.d_model if self.mlp == "gelu" else round(8 * self.d_model / 3))
+
+    def switches(self) -> dict:
+        """Section 09's switches that are on: {name: value} of those not at their default."""
+        return {f.name: getattr(self, f.name) for f in fields(ModelConfig)[5:] if getattr(self, f.name) != f.default}
 
     def to_dict(self):
-        return asdict(self)
+        on, defaults = self.switches(), {f.name for f in fields(ModelConfig)[5:]}
+        return {k: v for k, v in asdict(self).items() if k not in defaults or k in on}
 
 
 def parameter_count(config: ModelConfig) -> int:
@@ -49,7 +82,16 @@ def parameter_count(config: ModelConfig) -> int:
     layer is tied to the token embedding, so it adds nothing.
     """
     V, T, d, L = config.vocab_size, config.context, config.d_model, config.n_layers
-    return V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d
+    if not config.switches():                                                     # the book's block
+        return V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d
+    # With section 09's switches: norms (weight, and a bias for LayerNorm with biases), attention (q: d·d,
+    # k and v: d·g·d_h each, output d·d), the MLP (two or three matrices), each matrix's bias when bias=True.
+    b, kv, h = int(config.bias), config.groups * (d // config.n_heads), config.hidden
+    norm = d * (1 + (config.norm == "layernorm" and config.bias))
+    attention = 2 * d * d + 2 * d * kv + b * (2 * d + 2 * kv)
+    mlp = (2 * d * h + b * (h + d)) if config.mlp == "gelu" else (3 * d * h + b * (2 * h + d))
+    return (V * d + T * d * (config.position == "learned") + L * (2 * norm + attention + mlp) + norm
+            + V * d * (not config.tie_output))
 
 
 def attend(q, k, v, mask, return_weights=False):
@@ -77,16 +119,30 @@ def merge_heads(y):
 
 
 class SelfAttention(nn.Module):
+    """Multi-head self-attention; with config.kv_heads = g < n_heads, grouped-query attention: g key/value
+    heads, each shared by n_heads / g query heads (g = 1: multi-query).  With config.position = "rope" the
+    queries and keys are rotated by their positions before they meet."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.n_heads = config.n_heads
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)   # W_Q, W_K, W_V in one matrix
-        self.proj = nn.Linear(config.d_model, config.d_model)      # W_O
+        self.n_heads, self.groups, self.rope = config.n_heads, config.groups, config.position == "rope"
+        d_kv = self.groups * (config.d_model // config.n_heads)
+        self.sizes = (config.d_model, d_kv, d_kv)
+        self.qkv = nn.Linear(config.d_model, sum(self.sizes), bias=config.bias)   # W_Q, W_K, W_V in one matrix
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)  # W_O
 
-    def forward(self, x, mask, return_weights=False, past=None):
-        q, k, v = (split_heads(t, self.n_heads) for t in self.qkv(x).split(x.size(-1), dim=2))
-        if past is not None:       # a LayerCache: the earlier positions' keys and values come first
+    def forward(self, x, mask, return_weights=False, past=None, positions=None):
+        q, k, v = self.qkv(x).split(self.sizes, dim=2)
+        q, k, v = split_heads(q, self.n_heads), split_heads(k, self.groups), split_heads(v, self.groups)
+        if self.rope:              # positions continue the cache's when none are given
+            if positions is None:
+                start = 0 if past is None or past.k is None else past.k.shape[2]
+                positions = torch.arange(start, start + x.shape[1])
+            q, k = apply_rope(q, positions), apply_rope(k, positions)
+        if past is not None:       # a LayerCache: the earlier positions' keys and values come first (g heads)
             k, v = past.extend(k, v)
+        if self.groups != self.n_heads:   # each key/value head serves n_heads / g consecutive query heads
+            k, v = (t.repeat_interleave(self.n_heads // self.groups, dim=1) for t in (k, v))
         y, weights = attend(q, k, v, mask, return_weights)
         return self.proj(merge_heads(y)), weights
 
@@ -111,11 +167,22 @@ class CrossAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.fc = nn.Linear(config.d_model, 4 * config.d_model)
-        self.fc2 = nn.Linear(4 * config.d_model, config.d_model)
+        self.fc = nn.Linear(config.d_model, config.hidden, bias=config.bias)
+        self.fc2 = nn.Linear(config.hidden, config.d_model, bias=config.bias)
 
     def forward(self, x):
         return self.fc2(F.gelu(self.fc(x)))
+
+
+def make_norm(config: ModelConfig):
+    """The block's normalisation: LayerNorm (its bias follows config.bias) or RMSNorm."""
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.d_model)
+    return nn.LayerNorm(config.d_model, bias=config.bias)
+
+
+def make_mlp(config: ModelConfig):
+    return MLP(config) if config.mlp == "gelu" else SwiGLU(config.d_model, config.hidden, config.bias)
 
 
 class Block(nn.Module):
@@ -123,13 +190,13 @@ class Block(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.d_model)
+        self.ln_1 = make_norm(config)
         self.attn = SelfAttention(config)
-        self.ln_2 = nn.LayerNorm(config.d_model)
-        self.mlp = MLP(config)
+        self.ln_2 = make_norm(config)
+        self.mlp = make_mlp(config)
 
-    def forward(self, x, mask, return_weights=False, past=None):
-        a, weights = self.attn(self.ln_1(x), mask, return_weights, past)
+    def forward(self, x, mask, return_weights=False, past=None, positions=None):
+        a, weights = self.attn(self.ln_1(x), mask, return_weights, past, positions)
         x = x + a
         x = x + self.mlp(self.ln_2(x))
         return x, weights
@@ -141,7 +208,7 @@ def init_weights(model: nn.Module, n_layers: int):
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
     for name, module in model.named_modules():
         if name.endswith(("attn.proj", "cross.proj", "mlp.fc2")):
@@ -187,10 +254,24 @@ class MaskedTransformer(nn.Module):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
-        self.wpe = nn.Embedding(config.context, config.d_model)
+        if config.position == "learned":
+            self.wpe = nn.Embedding(config.context, config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.ln_f = nn.LayerNorm(config.d_model)
+        self.ln_f = make_norm(config)
+        if not config.tie_output:
+            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         init_weights(self, config.n_layers)
+
+    def embed(self, idx, start: int = 0):
+        """The residual stream's start (B, T, d): token embeddings, plus learned positions start.. if any."""
+        x = self.wte(idx)
+        if self.config.position == "learned":
+            x = x + self.wpe(torch.arange(start, start + idx.shape[1]))
+        return x
+
+    def output(self, h):
+        """Logits (..., V) of hidden states h (..., d): the tied token embedding, or lm_head when untied."""
+        return h @ self.wte.weight.T if self.config.tie_output else self.lm_head(h)
 
     def _stream(self, idx, mask, return_attention):
         """(the residual stream after the final LayerNorm (B, T, d), attention weights or Nones per layer).
@@ -201,7 +282,7 @@ class MaskedTransformer(nn.Module):
         if len(masks) != len(self.blocks):
             raise ValueError(f"one mask per layer: {len(self.blocks)} layers, got {len(masks)} masks")
         masks = [check_mask(m, B, T, T) for m in masks]
-        x = self.wte(idx) + self.wpe(torch.arange(T))          # (B, T, d): the residual stream
+        x = self.embed(idx)                                     # (B, T, d): the residual stream
         attention = []
         for block, mask in zip(self.blocks, masks):
             x, weights = block(x, mask, return_attention)
@@ -213,12 +294,12 @@ class MaskedTransformer(nn.Module):
         return self._stream(idx, mask, False)[0]
 
     def forward(self, idx, mask):
-        return self.hidden_states(idx, mask) @ self.wte.weight.T   # (B, T, V), tied output layer
+        return self.output(self.hidden_states(idx, mask))           # (B, T, V)
 
     def forward_with_attention(self, idx, mask):
         """(logits (B, T, V), per-layer attention weights), attention computed explicitly."""
         h, attention = self._stream(idx, mask, True)
-        return h @ self.wte.weight.T, attention
+        return self.output(h), attention
 
 
 def _length(idx) -> int:
@@ -226,7 +307,7 @@ def _length(idx) -> int:
 
 
 class LayerCache:
-    """One layer's keys and values of the positions computed so far, each (B, n_heads, t, d_h)."""
+    """One layer's keys and values of the positions computed so far, each (B, g, t, d_h): g key/value heads."""
 
     def __init__(self):
         self.k = self.v = None
@@ -271,10 +352,10 @@ class TinyGPT(MaskedTransformer):
             raise ValueError(f"{start} cached + {T} new positions exceed the model's context {self.config.context}")
         check_ids(idx, self.config)
         mask = torch.ones(T, start + T, dtype=torch.bool).tril(diagonal=start).expand(B, T, start + T)
-        x = self.wte(idx) + self.wpe(torch.arange(start, start + T))
+        x = self.embed(idx, start)
         for block, past in zip(self.blocks, cache.layers):
             x, _ = block(x, mask, past=past)
-        return self.ln_f(x) @ self.wte.weight.T
+        return self.output(self.ln_f(x))
 
 
 class DecoderBlock(nn.Module):
@@ -314,6 +395,8 @@ class EncoderDecoder(nn.Module):
 
     def __init__(self, config: ModelConfig = ModelConfig()):
         super().__init__()
+        if config.switches():
+            raise ValueError("section 09's switches are built for decoders (MaskedTransformer); EncoderDecoder has none")
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
         self.wpe_encoder = nn.Embedding(config.context, config.d_model)
@@ -385,3 +468,22 @@ class SlotClassifier(nn.Module):
 
     def forward(self, idx, mask):
         return self.head(self.network.hidden_states(idx, mask))
+
+
+def pool_kv_heads(model: MaskedTransformer, kv_heads: int) -> MaskedTransformer:
+    """A copy of `model` with grouped-query attention: its key/value heads mean-pooled into `kv_heads` groups of
+    consecutive heads (Ainslie et al. 2023's conversion of a multi-head checkpoint), every other weight copied.
+    Pooling the projection rows pools the keys and values themselves (the projection is linear, and RoPE
+    rotates after it)."""
+    from dataclasses import replace
+    old = model.config
+    if old.groups % kv_heads:
+        raise ValueError(f"{old.groups} key/value heads do not pool evenly into {kv_heads}")
+    pooled = type(model)(replace(old, kv_heads=kv_heads)).to(next(model.parameters()).dtype)
+    state, d, d_h = model.state_dict(), old.d_model, old.d_model // old.n_heads
+    for name in [n for n in state if n.endswith("attn.qkv.weight") or n.endswith("attn.qkv.bias")]:
+        q, k, v = state[name].split((d, old.groups * d_h, old.groups * d_h))
+        pool = lambda t: t.reshape(kv_heads, old.groups // kv_heads, d_h, *t.shape[1:]).mean(1).flatten(0, 1)
+        state[name] = torch.cat([q, pool(k), pool(v)])
+    pooled.load_state_dict(state)
+    return pooled

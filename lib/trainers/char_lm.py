@@ -12,6 +12,9 @@ network differs between runs, named by config["network"]:
     gru       lib.nn.recurrent.GRU...       one GRU layer, the same parameter budget
     moe       lib.nn.moe.MoEGPT             experts in place of the MLPs
 
+With config["pool_kv_heads"] = g the run continues its parent (a trained TinyGPT) with the key/value heads
+mean-pooled into g groups (`models.pool_kv_heads`): section 09's grouped-query uptraining.
+
 With config["fact_world"] = N the text is a facts-only world of N people
 (`world.fact_world`, `world.fact_text`) instead of the mini internet, and the
 log records the share of them it recalls (`answers.fact_recall`) instead of
@@ -28,7 +31,7 @@ import torch
 from lib.data import world
 from lib.data.seeding import seed_everything
 from lib.measure import answers, evals
-from lib.nn.models import ModelConfig, TinyGPT
+from lib.nn.models import ModelConfig, TinyGPT, pool_kv_heads
 from lib.nn.moe import MoEConfig, MoEGPT, with_capacity
 from lib.nn.post_ln import PostLNGPT
 from lib.nn.recurrent import GRUConfig, GRULanguageModel
@@ -96,7 +99,8 @@ def fingerprint_steps(config: dict) -> int:
 def train_char_lm(config: dict, parents=(), desc: str = "train"):
     """Train the config's network on the mini internet's training text; return (model, log)."""
     generator = seed_everything(config["seed"])
-    model = build_network(config)
+    # config["pool_kv_heads"] = g: continue parents[0] with its key/value heads pooled into g (section 09's uptraining)
+    model = pool_kv_heads(parents[0], config["pool_kv_heads"]) if "pool_kv_heads" in config else build_network(config)
     # Windows never end on the text's last character: the base model has always been trained so.
     people = config.get("fact_world")
     home = world.fact_world(people) if people else None
