@@ -6,6 +6,8 @@
   `generator_price`: what the generator itself pays on the same lines, line by line, which depends on
   their mix of kinds (`character_share_by_kind`); `excess_by_kind`: which kinds of line the bits above that
   price are paid on; `next_char_probs`: the distribution of one next character;
+- `text_windows` + `position_bits`: text cut into windows as training reads it, and the bits paid at each
+  position of them;
 - `sample_lines` + `line_quality`: sample whole lines and score them with `world.check_line`.
 """
 
@@ -133,6 +135,25 @@ def excess_by_kind(model, lines: list = None) -> dict:
             parts[kind] = shares[kind] * (bits_per_char(model, chosen) - generator_price(chosen)["all"])
     parts["all"] = sum(parts.values())
     return parts
+
+
+def text_windows(text: str, length: int, count: int = None) -> torch.Tensor:
+    """(N, length + 1) windows of `text` as training reads text (they cross line boundaries): with count=None
+    every non-overlapping window, else `count` windows at evenly spaced starts."""
+    stream = torch.tensor(CHARS.encode(text))
+    if count is None:
+        n = (len(stream) - 1) // length
+        return torch.stack([stream[i * length: i * length + length + 1] for i in range(n)])
+    starts = torch.linspace(0, len(stream) - length - 1, count).long()
+    return torch.stack([stream[s: s + length + 1] for s in starts.tolist()])
+
+
+@torch.no_grad()
+def position_bits(model, windows) -> torch.Tensor:
+    """(length,) the mean bits paid for the character at each position of `windows` (N, length + 1), every
+    window read from its start (position 0 predicts the window's second character)."""
+    nats = token_losses(model, windows)
+    return nats.mean(0) / math.log(2)
 
 
 def character_share_by_kind(lines: list) -> dict:

@@ -15,7 +15,7 @@ agree to float rounding, a test checks).  Masks are boolean, True = may attend.
 """
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 import torch.nn as nn
@@ -25,7 +25,7 @@ from lib.nn.masks import causal_mask, encoder_decoder_masks
 from lib.nn.modern import RMSNorm, SwiGLU, apply_rope
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ModelConfig:
     vocab_size: int = 44     # V
     context: int = 96        # T, the number of learned positions
@@ -38,6 +38,7 @@ class ModelConfig:
     mlp: str = "gelu"           # or "swiglu"
     mlp_hidden: int = None      # the MLP's hidden width; None: 4d (GELU), round(8d/3) (SwiGLU: the same 8d² weights)
     position: str = "learned"   # or "rope": no position table, q and k rotated (`modern.apply_rope`)
+    rope_layout: str = "half"   # which features RoPE pairs: "half" (i, i + d_h/2) or "interleaved" (2i, 2i + 1)
     kv_heads: int = None        # key/value heads g: None = n_heads (multi-head), 1 = multi-query
     bias: bool = True           # biases in every linear layer and LayerNorm
     tie_output: bool = True     # the output layer is the token embedding (else a matrix of its own)
@@ -46,7 +47,7 @@ class ModelConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         for key, allowed in (("norm", ("layernorm", "rmsnorm")), ("mlp", ("gelu", "swiglu")),
-                             ("position", ("learned", "rope"))):
+                             ("position", ("learned", "rope")), ("rope_layout", ("half", "interleaved"))):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{key}={getattr(self, key)!r}: choose from {allowed}")
         if self.kv_heads is not None and not (1 <= self.kv_heads <= self.n_heads and self.n_heads % self.kv_heads == 0):
@@ -67,6 +68,9 @@ class ModelConfig:
     def switches(self) -> dict:
         """Section 09's switches that are on: {name: value} of those not at their default."""
         return {f.name: getattr(self, f.name) for f in fields(ModelConfig)[5:] if getattr(self, f.name) != f.default}
+
+    def __repr__(self):     # the switches at their defaults left out, as in to_dict: today's models print as before
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
     def to_dict(self):
         on, defaults = self.switches(), {f.name for f in fields(ModelConfig)[5:]}
@@ -126,6 +130,7 @@ class SelfAttention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.n_heads, self.groups, self.rope = config.n_heads, config.groups, config.position == "rope"
+        self.interleaved = config.rope_layout == "interleaved"
         d_kv = self.groups * (config.d_model // config.n_heads)
         self.sizes = (config.d_model, d_kv, d_kv)
         self.qkv = nn.Linear(config.d_model, sum(self.sizes), bias=config.bias)   # W_Q, W_K, W_V in one matrix
@@ -138,7 +143,7 @@ class SelfAttention(nn.Module):
             if positions is None:
                 start = 0 if past is None or past.k is None else past.k.shape[2]
                 positions = torch.arange(start, start + x.shape[1])
-            q, k = apply_rope(q, positions), apply_rope(k, positions)
+            q, k = (apply_rope(t, positions, interleaved=self.interleaved) for t in (q, k))
         if past is not None:       # a LayerCache: the earlier positions' keys and values come first (g heads)
             k, v = past.extend(k, v)
         if self.groups != self.n_heads:   # each key/value head serves n_heads / g consecutive query heads
@@ -273,28 +278,32 @@ class MaskedTransformer(nn.Module):
         """Logits (..., V) of hidden states h (..., d): the tied token embedding, or lm_head when untied."""
         return h @ self.wte.weight.T if self.config.tie_output else self.lm_head(h)
 
-    def _stream(self, idx, mask, return_attention):
+    def _stream(self, idx, mask, return_attention, start: int = 0):
         """(the residual stream after the final LayerNorm (B, T, d), attention weights or Nones per layer).
-        `mask` is one mask for every layer, or a list of one per layer (an ablation in section 02)."""
+        `mask` is one mask for every layer, or a list of one per layer (an ablation in section 02); the tokens
+        sit at positions start, start + 1, ... (section 09 shifts them)."""
         check_ids(idx, self.config)
         B, T = idx.shape
+        if not 0 <= start <= self.config.context - T:
+            raise ValueError(f"positions {start}..{start + T - 1} outside the model's context 0..{self.config.context - 1}")
         masks = list(mask) if isinstance(mask, (list, tuple)) else [mask] * len(self.blocks)
         if len(masks) != len(self.blocks):
             raise ValueError(f"one mask per layer: {len(self.blocks)} layers, got {len(masks)} masks")
         masks = [check_mask(m, B, T, T) for m in masks]
-        x = self.embed(idx)                                     # (B, T, d): the residual stream
+        x = self.embed(idx, start)                              # (B, T, d): the residual stream
+        rope = {"positions": torch.arange(start, start + T)} if self.config.position == "rope" else {}
         attention = []
         for block, mask in zip(self.blocks, masks):
-            x, weights = block(x, mask, return_attention)
+            x, weights = block(x, mask, return_attention, **rope)
             attention.append(weights)
         return self.ln_f(x), attention
 
-    def hidden_states(self, idx, mask):
+    def hidden_states(self, idx, mask, start: int = 0):
         """The residual stream after the final LayerNorm, (B, T, d)."""
-        return self._stream(idx, mask, False)[0]
+        return self._stream(idx, mask, False, start)[0]
 
-    def forward(self, idx, mask):
-        return self.output(self.hidden_states(idx, mask))           # (B, T, V)
+    def forward(self, idx, mask, start: int = 0):
+        return self.output(self.hidden_states(idx, mask, start))    # (B, T, V)
 
     def forward_with_attention(self, idx, mask):
         """(logits (B, T, V), per-layer attention weights), attention computed explicitly."""
@@ -334,8 +343,9 @@ class TinyGPT(MaskedTransformer):
 
     supports_kv_cache = True    # forward_cached gives what forward gives (MoEGPT: False)
 
-    def forward(self, idx):
-        return super().forward(idx, causal_mask(_length(idx)))
+    def forward(self, idx, start: int = 0):
+        """Logits (B, T, V); the tokens at positions start, start + 1, ... (default 0)."""
+        return super().forward(idx, causal_mask(_length(idx)), start)
 
     def forward_with_attention(self, idx):
         return super().forward_with_attention(idx, causal_mask(_length(idx)))
@@ -475,7 +485,6 @@ def pool_kv_heads(model: MaskedTransformer, kv_heads: int) -> MaskedTransformer:
     consecutive heads (Ainslie et al. 2023's conversion of a multi-head checkpoint), every other weight copied.
     Pooling the projection rows pools the keys and values themselves (the projection is linear, and RoPE
     rotates after it)."""
-    from dataclasses import replace
     old = model.config
     if old.groups % kv_heads:
         raise ValueError(f"{old.groups} key/value heads do not pool evenly into {kv_heads}")
@@ -487,3 +496,21 @@ def pool_kv_heads(model: MaskedTransformer, kv_heads: int) -> MaskedTransformer:
         state[name] = torch.cat([q, pool(k), pool(v)])
     pooled.load_state_dict(state)
     return pooled
+
+
+def kv_numbers_per_token(config: ModelConfig) -> int:
+    """Numbers a KV cache holds per token: a key and a value of d_h each, for each of the g key/value heads of
+    each of the L layers (2·L·g·d_h; multi-head: 2·L·d)."""
+    return 2 * config.n_layers * config.groups * (config.d_model // config.n_heads)
+
+
+def with_context(model: MaskedTransformer, context: int) -> MaskedTransformer:
+    """A copy of a RoPE model that accepts `context` positions (no weight depends on the length: RoPE computes
+    each position's rotation).  A model with learned positions has no row for a position it was not trained at,
+    and is refused."""
+    if model.config.position != "rope":
+        raise ValueError(f"learned positions stop at {model.config.context}: the table has no row for position "
+                         f"{model.config.context}, so this model cannot run on {context} positions")
+    longer = type(model)(replace(model.config, context=context)).to(next(model.parameters()).dtype)
+    longer.load_state_dict(model.state_dict())
+    return longer.eval()

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from lib.nn import models
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MoEConfig(models.ModelConfig):
     """TinyGPT's configuration plus its feed-forward layers' experts."""
     n_experts: int = 4              # E routed experts
