@@ -113,3 +113,23 @@ def test_bad_switches_are_refused():
     for bad in [{"norm": "batchnorm"}, {"mlp": "relu"}, {"position": "alibi"}, {"kv_heads": 3}]:
         with pytest.raises(ValueError):
             ModelConfig(**bad)
+
+
+def test_a_rope_model_is_blind_to_a_shift_of_every_position_and_a_learned_one_is_not():
+    torch.manual_seed(5)
+    idx = torch.randint(0, 44, (2, 20))
+    rope = TinyGPT(MODERN).double()
+    assert torch.allclose(rope(idx), rope(idx, start=50), atol=1e-12)
+    learned = TinyGPT(ModelConfig()).double()
+    assert not torch.allclose(learned(idx), learned(idx, start=50), atol=1e-3)
+    with pytest.raises(ValueError, match="outside the model's context"):
+        learned(idx, start=90)
+
+
+def test_porting_rope_weights_to_the_interleaved_layout_needs_the_row_permutation():
+    from lib.measure.modern import ported
+    torch.manual_seed(6)
+    model = TinyGPT(MODERN).double()
+    idx = torch.randint(0, 44, (2, 20))
+    assert torch.allclose(ported(model, permute_rows=True)(idx), model(idx), atol=1e-12)
+    assert not torch.allclose(ported(model, permute_rows=False)(idx), model(idx), atol=1e-4)
