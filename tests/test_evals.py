@@ -123,3 +123,11 @@ def test_the_parts_of_the_excess_by_kind_add_up_to_the_excess_over_the_generator
     assert set(parts) == set(world.KINDS) | {"all"}
     assert parts["all"] == pytest.approx(evals.bits_per_char(model) - evals.generator_price()["all"], abs=1e-6)
     assert parts["addition"] > sum(parts[k] for k in world.KINDS if k != "addition")   # what the base model still pays
+
+
+def test_text_windows_cut_non_overlapping_or_evenly_spaced_windows():
+    text = "abcdefghij\n" * 5
+    every = evals.text_windows(text, 10)
+    assert every.shape == (5, 11) and evals.CHARS.decode(every[1].tolist()) == text[10:21]
+    spaced = evals.text_windows(text, 20, count=3)
+    assert spaced.shape == (3, 21) and evals.CHARS.decode(spaced[-1].tolist()) == text[-21:]

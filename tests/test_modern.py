@@ -133,3 +133,15 @@ def test_porting_rope_weights_to_the_interleaved_layout_needs_the_row_permutatio
     idx = torch.randint(0, 44, (2, 20))
     assert torch.allclose(ported(model, permute_rows=True)(idx), model(idx), atol=1e-12)
     assert not torch.allclose(ported(model, permute_rows=False)(idx), model(idx), atol=1e-4)
+
+
+def test_a_band_as_wide_as_the_window_is_the_causal_mask_and_a_narrow_one_changes_far_positions():
+    from lib.measure import evals
+    from lib.measure.modern import banded_position_bits
+    torch.manual_seed(7)
+    model = TinyGPT(replace(MODERN, context=40)).double()
+    windows = torch.randint(0, 44, (3, 41))
+    full = evals.position_bits(model, windows)
+    assert torch.allclose(banded_position_bits(model, windows, 40), full, atol=1e-12)
+    narrow = banded_position_bits(model, windows, 8)
+    assert torch.allclose(narrow[:8], full[:8], atol=1e-12) and not torch.allclose(narrow[8:], full[8:], atol=1e-6)

@@ -144,8 +144,8 @@ def text_windows(text: str, length: int, count: int = None) -> torch.Tensor:
     if count is None:
         n = (len(stream) - 1) // length
         return torch.stack([stream[i * length: i * length + length + 1] for i in range(n)])
-    starts = torch.linspace(0, len(stream) - length - 1, count).long()
-    return torch.stack([stream[s: s + length + 1] for s in starts.tolist()])
+    last = len(stream) - length - 1                       # integer steps: no float rounding decides a start
+    return torch.stack([stream[s: s + length + 1] for s in (i * last // max(1, count - 1) for i in range(count))])
 
 
 @torch.no_grad()

@@ -1,6 +1,8 @@
 """Section 09's measurements of the modern decoder's parts.
 
 - `bits_by_kind`: validation bits per character on each kind of line, and on all of them;
+- `banded_position_bits`: the same with attention limited to the last `width` positions (no distance beyond
+  what training showed);
 - `shift_gap`: how much a model's logits move when every position is shifted by the same amount (RoPE: by
   float rounding only, since its scores depend on m - n);
 - `ported`: a RoPE model's weights run by code that pairs features the other way, with and without the row
@@ -8,14 +10,16 @@
 - `step_seconds`: the wall time of a training step of a config (forward, backward, AdamW).
 """
 
+import math
 import time
 from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 
 from lib.data import world
 from lib.measure import evals
-from lib.nn.models import TinyGPT
+from lib.nn.models import MaskedTransformer, TinyGPT
 from lib.nn.modern import half_to_interleaved
 from lib.objectives.batches import next_token_loss, random_windows
 from lib.train.loop import OPTIMIZATION, make_optimizer
@@ -27,6 +31,17 @@ def bits_by_kind(model, lines: list = None) -> dict:
     out = {kind: evals.bits_per_char(model, [line for line in lines if world.kind_of(line) == kind])
            for kind in world.KINDS}
     return {**out, "all": evals.bits_per_char(model, lines)}
+
+
+@torch.no_grad()
+def banded_position_bits(model, windows, width: int) -> torch.Tensor:
+    """`evals.position_bits` with each position attending only to itself and the width - 1 before it (a causal
+    band): no query ever meets a key more than width - 1 positions away."""
+    T = windows.shape[1] - 1
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None]
+    logits = MaskedTransformer.forward(model, windows[:, :-1], (j <= i) & (i - j < width))
+    nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
+    return nats.mean(0) / math.log(2)
 
 
 @torch.no_grad()
