@@ -1,17 +1,15 @@
 """Section 09's measurements of the modern decoder's parts.
 
 - `bits_by_kind`: validation bits per character on each kind of line, and on all of them;
-- `banded_position_bits`: the same with attention limited to the last `width` positions (no distance beyond
-  what training showed);
+- `masked_position_bits` + `distance_mask` / `same_line_mask`: bits per character at each position of windows
+  (`evals.position_bits`) with attention limited to some distances, or to the position's own line;
 - `shift_gap`: how much a model's logits move when every position is shifted by the same amount (RoPE: by
   float rounding only, since its scores depend on m - n);
 - `ported`: a RoPE model's weights run by code that pairs features the other way, with and without the row
   permutation that makes it right (`modern.half_to_interleaved`);
-- `step_seconds`: the wall time of a training step of a config (forward, backward, AdamW).
 """
 
 import math
-import time
 from dataclasses import replace
 
 import torch
@@ -21,27 +19,43 @@ from lib.data import world
 from lib.measure import evals
 from lib.nn.models import MaskedTransformer, TinyGPT
 from lib.nn.modern import half_to_interleaved
-from lib.objectives.batches import next_token_loss, random_windows
-from lib.train.loop import OPTIMIZATION, make_optimizer
 
 
 def bits_by_kind(model, lines: list = None) -> dict:
-    """{kind: bits/char on the validation lines of that kind (`evals.bits_per_char`), "all": on every line}."""
+    """{kind: bits/char on the validation lines of that kind (`evals.bits_per_char`), "all": on every line,
+    "no additions": on every line but the additions (the kinds' bits weighted by their characters)}."""
     lines = world.load_text("val").splitlines() if lines is None else lines
-    out = {kind: evals.bits_per_char(model, [line for line in lines if world.kind_of(line) == kind])
-           for kind in world.KINDS}
-    return {**out, "all": evals.bits_per_char(model, lines)}
+    chosen = {kind: [line for line in lines if world.kind_of(line) == kind] for kind in world.KINDS}
+    out = {kind: evals.bits_per_char(model, chosen[kind]) for kind in world.KINDS}
+    chars = {kind: sum(len(line) + 1 for line in chosen[kind]) for kind in world.KINDS}
+    rest = [k for k in world.KINDS if k != "addition"]
+    return {**out, "all": evals.bits_per_char(model, lines),
+            "no additions": sum(out[k] * chars[k] for k in rest) / sum(chars[k] for k in rest)}
 
 
 @torch.no_grad()
-def banded_position_bits(model, windows, width: int) -> torch.Tensor:
-    """`evals.position_bits` with each position attending only to itself and the width - 1 before it (a causal
-    band): no query ever meets a key more than width - 1 positions away."""
-    T = windows.shape[1] - 1
-    i, j = torch.arange(T)[:, None], torch.arange(T)[None]
-    logits = MaskedTransformer.forward(model, windows[:, :-1], (j <= i) & (i - j < width))
+def masked_position_bits(model, windows, allowed) -> torch.Tensor:
+    """`evals.position_bits` of a decoder whose attention is `allowed` (a bool mask (T, T) or (N, T, T), True =
+    may attend; it must be causal) instead of the causal mask: the same weights, other keys."""
+    logits = MaskedTransformer.forward(model, windows[:, :-1], allowed)
     nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
     return nats.mean(0) / math.log(2)
+
+
+def distance_mask(T: int, distances) -> torch.Tensor:
+    """(T, T): query i may attend to key j when i - j is one of `distances` (0 included: itself)."""
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None]
+    return torch.isin(i - j, torch.as_tensor(list(distances)))
+
+
+def same_line_mask(windows) -> torch.Tensor:
+    """(N, T, T) for windows (N, T + 1): causal, and a position attends only within its own line, a newline
+    opening the line after it (as `evals.line_batch` reads a line: after a newline, nothing before it)."""
+    inputs = windows[:, :-1]
+    line = torch.cumsum(inputs == evals.NEWLINE_CHAR, dim=1)
+    T = inputs.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return causal & (line[:, :, None] == line[:, None, :])
 
 
 @torch.no_grad()
@@ -68,21 +82,3 @@ def ported(model, permute_rows: bool):
             state[name] = state[name][rows]
     copy.load_state_dict(state)
     return copy.eval()
-
-
-def step_seconds(model_config, steps: int = 20, batch_size: int = 32) -> float:
-    """Mean wall seconds of one training step (forward, backward, clip, AdamW) of a fresh TinyGPT with this
-    config on random windows of the training text, after two warm-up steps."""
-    model = TinyGPT(model_config)
-    optimizer = make_optimizer(model, OPTIMIZATION)
-    stream = torch.tensor(evals.CHARS.encode(world.load_text("train")[:200_000]))
-    generator = torch.Generator().manual_seed(0)
-    for i in range(steps + 2):
-        if i == 2:
-            start = time.perf_counter()
-        loss = next_token_loss(model, random_windows(stream, model_config.context + 1, batch_size, generator))
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIMIZATION["grad_clip"])
-        optimizer.step()
-    return (time.perf_counter() - start) / steps

@@ -6,7 +6,7 @@
 The ladder is additive: each rung keeps every change above it and adds one (`LADDER`).  Everything else is the
 base model's recipe (`base.BASE_MODEL`: data, 6,000 steps, schedule, seeds 0-2), and the rung "base" is the base
 model's own runs.  Parameters are matched to the base model's 109,056 by the MLP's hidden width
-(`matched_hidden`): RoPE drops the 6,144-number position table, GQA a third of the attention's key/value weights,
+(`matched_hidden`): RoPE drops the 6,144-number position table, GQA half of the key/value projections,
 and an untied output adds a 2,816-number matrix, so each of those rungs widens or narrows the MLP to stay within
 1 %.
 
