@@ -28,9 +28,10 @@ def bits_by_kind(model, lines: list = None) -> dict:
     chosen = {kind: [line for line in lines if world.kind_of(line) == kind] for kind in world.KINDS}
     out = {kind: evals.bits_per_char(model, chosen[kind]) for kind in world.KINDS}
     chars = {kind: sum(len(line) + 1 for line in chosen[kind]) for kind in world.KINDS}
-    rest = [k for k in world.KINDS if k != "addition"]
-    return {**out, "all": evals.bits_per_char(model, lines),
-            "no additions": sum(out[k] * chars[k] for k in rest) / sum(chars[k] for k in rest)}
+    weighted = lambda kinds: sum(out[k] * chars[k] for k in kinds) / sum(chars[k] for k in kinds)
+    every = sum(chars.values()) == sum(len(line) + 1 for line in lines)      # every line has a kind: no second pass
+    return {**out, "all": weighted(world.KINDS) if every else evals.bits_per_char(model, lines),
+            "no additions": weighted([k for k in world.KINDS if k != "addition"])}
 
 
 @torch.no_grad()
