@@ -137,17 +137,17 @@ def test_porting_rope_weights_to_the_interleaved_layout_needs_the_row_permutatio
 
 def test_a_band_as_wide_as_the_window_is_the_causal_mask_and_a_narrow_one_changes_far_positions():
     from lib.measure import evals
-    from lib.measure.modern import distance_mask, masked_position_bits, same_line_mask
+    from lib.measure.modern import distance_mask, same_line_mask
     torch.manual_seed(7)
     model = TinyGPT(replace(MODERN, context=40)).double()
     windows = torch.randint(0, 44, (3, 41))
     full = evals.position_bits(model, windows)
-    assert torch.allclose(masked_position_bits(model, windows, distance_mask(40, range(40))), full, atol=1e-12)
-    narrow = masked_position_bits(model, windows, distance_mask(40, range(8)))
+    assert torch.allclose(evals.position_bits(model, windows, distance_mask(40, range(40))), full, atol=1e-12)
+    narrow = evals.position_bits(model, windows, distance_mask(40, range(8)))
     assert torch.allclose(narrow[:8], full[:8], atol=1e-12) and not torch.allclose(narrow[8:], full[8:], atol=1e-6)
     # attention kept inside each line: a RoPE model reads a line in a window as it reads the line alone
     line = evals.CHARS.encode("\nzukun lives in quila.\n")
     window = torch.tensor([evals.CHARS.encode("ab cd") + line])
-    inside = masked_position_bits(model, window, same_line_mask(window))[5:]
+    inside = evals.position_bits(model, window, same_line_mask(window))[5:]
     alone = evals.position_bits(model, torch.tensor([line]))
     assert torch.allclose(inside, alone, atol=1e-12)

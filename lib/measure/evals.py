@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from lib.data import world
 from lib.nn import inference
+from lib.nn.models import MaskedTransformer
 from lib.objectives.batches import pad
 from lib.data.tokenizers import CharTokenizer
 
@@ -149,10 +150,15 @@ def text_windows(text: str, length: int, count: int = None) -> torch.Tensor:
 
 
 @torch.no_grad()
-def position_bits(model, windows) -> torch.Tensor:
+def position_bits(model, windows, allowed=None) -> torch.Tensor:
     """(length,) the mean bits paid for the character at each position of `windows` (N, length + 1), every
-    window read from its start (position 0 predicts the window's second character)."""
-    nats = token_losses(model, windows)
+    window read from its start (position 0 predicts the window's second character).  `allowed`, a causal bool
+    mask ((T, T) or (N, T, T), True = may attend), replaces a decoder's causal mask: the same weights, other keys."""
+    if allowed is None:
+        nats = token_losses(model, windows)
+    else:
+        logits = MaskedTransformer.forward(model, windows[:, :-1], allowed)
+        nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
     return nats.mean(0) / math.log(2)
 
 

@@ -1,23 +1,21 @@
 """Section 09's measurements of the modern decoder's parts.
 
 - `bits_by_kind`: validation bits per character on each kind of line, and on all of them;
-- `masked_position_bits` + `distance_mask` / `same_line_mask`: bits per character at each position of windows
-  (`evals.position_bits`) with attention limited to some distances, or to the position's own line;
+- `distance_mask` / `same_line_mask`: attention masks for `evals.position_bits(model, windows, allowed)`: only
+  some distances, or only the position's own line;
 - `shift_gap`: how much a model's logits move when every position is shifted by the same amount (RoPE: by
   float rounding only, since its scores depend on m - n);
 - `ported`: a RoPE model's weights run by code that pairs features the other way, with and without the row
   permutation that makes it right (`modern.half_to_interleaved`);
 """
 
-import math
 from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 
 from lib.data import world
 from lib.measure import evals
-from lib.nn.models import MaskedTransformer, TinyGPT
+from lib.nn.models import TinyGPT
 from lib.nn.modern import half_to_interleaved
 
 
@@ -32,15 +30,6 @@ def bits_by_kind(model, lines: list = None) -> dict:
     every = sum(chars.values()) == sum(len(line) + 1 for line in lines)      # every line has a kind: no second pass
     return {**out, "all": weighted(world.KINDS) if every else evals.bits_per_char(model, lines),
             "no additions": weighted([k for k in world.KINDS if k != "addition"])}
-
-
-@torch.no_grad()
-def masked_position_bits(model, windows, allowed) -> torch.Tensor:
-    """`evals.position_bits` of a decoder whose attention is `allowed` (a bool mask (T, T) or (N, T, T), True =
-    may attend; it must be causal) instead of the causal mask: the same weights, other keys."""
-    logits = MaskedTransformer.forward(model, windows[:, :-1], allowed)
-    nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
-    return nats.mean(0) / math.log(2)
 
 
 def distance_mask(T: int, distances) -> torch.Tensor:

@@ -86,9 +86,7 @@ def parameter_count(config: ModelConfig) -> int:
     layer is tied to the token embedding, so it adds nothing.
     """
     V, T, d, L = config.vocab_size, config.context, config.d_model, config.n_layers
-    if not config.switches():                                                     # the book's block
-        return V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d
-    # With section 09's switches: norms (weight, and a bias for LayerNorm with biases), attention (q: d·d,
+    # The same sum with section 09's switches (all off, it is the formula above): norms (weight, and a bias for LayerNorm with biases), attention (q: d·d,
     # k and v: d·g·d_h each, output d·d), the MLP (two or three matrices), each matrix's bias when bias=True.
     b, kv, h = int(config.bias), config.groups * (d // config.n_heads), config.hidden
     norm = d * (1 + (config.norm == "layernorm" and config.bias))
