@@ -179,3 +179,30 @@ def test_the_unmasked_reading_puts_a_period_at_the_slot_never_mask():
     assert all(read[i, s] == TOKENIZER["."] and ids[i][s] in protocols.RATING_IDS for i, s in enumerate(slots))
     protocols.slot_logits(reader, "bidirectional", ids, slots)
     assert all(reader.seen[-1][i, s] == MASK for i, s in enumerate(slots))
+
+
+def test_a_character_level_decoder_is_read_at_the_ratings_first_letter_from_the_text_left_of_it():
+    """The CHARACTERS reading of a batch of reviews of different lengths (right-padded) gives, for each, the
+    logits a TinyGPT gives on that review alone for the character after "rating: ", and g / o / b are the
+    columns of good / ok / bad."""
+    from lib.nn.models import ModelConfig, TinyGPT
+    seed_everything(0)
+    model = TinyGPT(ModelConfig()).eval()
+    reviews = finetune.rating_task(0).test[:5]
+    ids = [protocols.char_line_ids(r) for r in reviews]
+    slots = [protocols.char_rating_slot(s) for s in ids]
+    assert len({len(s) for s in ids}) > 1                          # the batch does need padding
+    read = protocols.slot_logits(model, protocols.CHARACTERS, ids, slots)
+    for i, (seq, slot) in enumerate(zip(ids, slots)):
+        assert seq[slot] == protocols.CHAR_RATING_IDS[world.RATINGS.index(true_rating(reviews[i]))]
+        alone = model(torch.tensor([seq[:slot]]))[0, -1]
+        assert torch.allclose(read[i], alone, atol=1e-6)
+
+
+def test_a_character_level_snapshot_at_step_zero_is_the_runs_initialisation():
+    from lib.recipes import modern
+    from lib.trainers.char_lm import build_network, train_char_lm
+    config = dict(modern.run("untied", 1).config, stop_after=0)
+    model, log = train_char_lm(config)
+    seed_everything(1)
+    assert log == [] and same_weights(model, build_network(config))

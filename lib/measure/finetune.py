@@ -8,8 +8,9 @@ BERT, T5, ELECTRA and UL2 report what a pretrained network does after it is
 fine-tuned on labelled examples of a task (GLUE, SuperGLUE).  Here a copy of
 the network is fine-tuned, all of its weights, through its own rating slot
 (`protocols.slot_logits`: GPT and the prefix LM predict the next token, BERT
-fills `<mask>`, T5's decoder writes the span of sentinel `<0>`; the loss is the
-cross-entropy over good / ok / bad), with the book's optimiser and schedule
+fills `<mask>`, T5's decoder writes the span of sentinel `<0>`, a character-level
+decoder predicts the rating's first letter, kind `protocols.CHARACTERS`; the loss
+is the cross-entropy over good / ok / bad), with the book's optimiser and schedule
 (`train.loop`) for a fixed number of full-batch steps.
 
 The task is built so that the labels alone cannot solve it (`rating_task`): the
@@ -32,7 +33,8 @@ import torch.nn.functional as F
 
 from lib.data import world
 from lib.data.seeding import seed_everything
-from lib.measure.protocols import (RATING_IDS, UNMASKED, good_above_bad, line_ids, rating_margins, review_slots,
+from lib.measure.protocols import (CHAR_RATING_IDS, CHARACTERS, RATING_IDS, UNMASKED, char_line_ids,
+                                   char_rating_slot, good_above_bad, line_ids, rating_margins, review_slots,
                                    slot_logits, true_rating)
 from lib.nn.models import SlotClassifier
 from lib.train.loop import OPTIMIZATION, make_optimizer, optimizer_step
@@ -134,15 +136,22 @@ def margin_readout(model, kind: str, tasks, n: int) -> list:
     return readings
 
 
-def _rating_examples(reviews) -> tuple:
-    ids = [line_ids(r) for r in reviews]
+def _rating_examples(reviews, kind: str) -> tuple:
+    """(ids, rating slots, labels) of reviews as a model of this kind reads them: word tokens, or characters."""
     labels = torch.tensor([world.RATINGS.index(true_rating(r)) for r in reviews])
+    if kind == CHARACTERS:
+        ids = [char_line_ids(r) for r in reviews]
+        return ids, [char_rating_slot(s) for s in ids], labels
+    ids = [line_ids(r) for r in reviews]
     return ids, [review_slots(s)["rating"] for s in ids], labels
 
 
-def _columns(model) -> list:
-    """Where a model's slot logits hold good / ok / bad: its own words, or a classifier head's three outputs."""
-    return list(range(len(world.RATINGS))) if isinstance(model, SlotClassifier) else RATING_IDS
+def _columns(model, kind: str) -> list:
+    """Where a model's slot logits hold good / ok / bad: its own words (a character-level model: their first
+    letters), or a classifier head's three outputs."""
+    if isinstance(model, SlotClassifier):
+        return list(range(len(world.RATINGS)))
+    return CHAR_RATING_IDS if kind == CHARACTERS else RATING_IDS
 
 
 def finetune(model, kind: str, reviews, lr: float, seed: int, steps: int = STEPS, head: bool = False):
@@ -162,9 +171,9 @@ def finetune(model, kind: str, reviews, lr: float, seed: int, steps: int = STEPS
     tuned = (SlotClassifier(tuned, len(world.RATINGS)).to(dtype) if head else tuned).train()
     config = dict(OPTIMIZATION, lr=lr, min_lr=0.0, warmup=max(1, steps // 10), steps=steps)
     optimizer = make_optimizer(tuned, config)
-    ids, slots, labels = _rating_examples(reviews)
+    ids, slots, labels = _rating_examples(reviews, kind)
     for step in range(steps):
-        logits = slot_logits(tuned, kind, ids, slots, grad=True)[:, _columns(tuned)]
+        logits = slot_logits(tuned, kind, ids, slots, grad=True)[:, _columns(tuned, kind)]
         optimizer_step(tuned, optimizer, F.cross_entropy(logits, labels), step, config)
     return tuned.eval()
 
@@ -172,8 +181,8 @@ def finetune(model, kind: str, reviews, lr: float, seed: int, steps: int = STEPS
 def score(model, kind: str, reviews) -> dict:
     """Share of reviews whose rating slot gets the right word, on "and" reviews (good or bad: the polarity of
     the adjectives decides), on "but" reviews (always ok) and on all."""
-    ids, slots, labels = _rating_examples(reviews)
-    predicted = slot_logits(model, kind, ids, slots)[:, _columns(model)].argmax(-1)
+    ids, slots, labels = _rating_examples(reviews, kind)
+    predicted = slot_logits(model, kind, ids, slots)[:, _columns(model, kind)].argmax(-1)
     right = (predicted == labels).tolist()
     connective = ["and" if " and " in r else "but" for r in reviews]
     out = {}

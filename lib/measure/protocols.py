@@ -11,6 +11,11 @@ A bidirectional network can also be read with a plain token at the slot instead 
 (`UNMASKED`: the period): ELECTRA's discriminator never sees <mask> in pretraining, and its
 paper fine-tunes on unmasked text.
 
+A character-level decoder (section 00's base model and section 09's ladder) is asked like GPT, on the
+line's characters (`CHARACTERS`): the text left of the slot, the logits of the next character; the
+ratings good / ok / bad begin with different letters, so the first one names the rating
+(`CHAR_RATING_IDS`).
+
 Section 06's models, which all read a source and write a target, are asked
 in one of their training formats, with a mode token or none (`ul2_kind`:
 "ul2 span [R]", "ul2 prefix", ...; the question is `ul2.ask_slot`'s).
@@ -46,6 +51,7 @@ from collections import Counter
 import torch
 
 from lib.measure import precision
+from lib.measure.evals import CHARS
 from lib.objectives import batches
 from lib.data import world
 from lib.nn.masks import check_kind, encoder_decoder_masks, for_kind, hide_padding
@@ -56,6 +62,8 @@ from lib.data.tokenizers import BOS, MASK, MODE_TOKENS, NEWLINE_WORD, SENTINELS,
 RATING_IDS = [TOKENIZER[r] for r in world.RATINGS]
 UNMASKED = "bidirectional, unmasked"   # a bidirectional network read with UNMASKED_FILLER at the slot, not <mask>
 UNMASKED_FILLER = TOKENIZER["."]
+CHARACTERS = "causal, characters"     # a character-level TinyGPT: `char_line_ids`, read like GPT
+CHAR_RATING_IDS = [CHARS.stoi[r[0]] for r in world.RATINGS]   # g, o, b: a rating's first letter names it
 EVAL_SEED = 1234  # the seed of the new reviews every section-04 evaluation uses
 
 
@@ -87,6 +95,22 @@ def review_slots(ids: list) -> dict:
     {'food_adjective': 6, 'rating': 15}
     """
     return {"food_adjective": ids.index(TOKENIZER["was"]) + 1, "rating": ids.index(TOKENIZER["rating"]) + 2}
+
+
+def char_line_ids(line: str) -> list:
+    """A line as a character-level model reads it: newline, its characters, newline."""
+    return CHARS.encode("\n" + line + "\n")
+
+
+def char_rating_slot(ids: list) -> int:
+    """Position of the rating's first character in a review's `char_line_ids` (right after "rating: ").
+
+    >>> ids = char_line_ids("review: the soup was tasty and the host was kind. rating: good.")
+    >>> CHARS.decode(ids[char_rating_slot(ids):])
+    'good.\\n'
+    """
+    text = CHARS.decode(ids)
+    return text.index("rating: ") + len("rating: ")
 
 
 def decoder_logits(model, sources: list, targets: list):
@@ -123,7 +147,7 @@ def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = 409
     """(N, V): the logits each model gives for the token at sequences[i][slots[i]], asked its own way
     (see the module docstring); the token itself is never shown to the model.  grad=True keeps the graph
     (fine-tuning through the slot, `lib.measure.finetune`)."""
-    if ul2_question(kind) is None and kind != UNMASKED:
+    if ul2_question(kind) is None and kind not in (UNMASKED, CHARACTERS):
         check_kind(kind)
     if len(sequences) > chunk:
         return torch.cat([slot_logits(model, kind, sequences[i:i + chunk], slots[i:i + chunk], chunk, grad)
@@ -139,6 +163,9 @@ def _slot_logits(model, kind: str, sequences: list, slots: list):
     if ul2_question(kind):
         asked = [ask_slot(seq, s, *ul2_question(kind)) for seq, s in zip(sequences, slots)]
         return question_logits(model, [source for source, _ in asked], [start for _, start in asked])
+    if kind == CHARACTERS:      # TinyGPT: always causal, so right padding never reaches the slot
+        contexts = [seq[:s] for seq, s in zip(sequences, slots)]
+        return model(pad(contexts, value=0)[0])[rows, torch.tensor(slots) - 1]
     if kind in ("causal", "prefix"):
         contexts = [seq[:s] for seq, s in zip(sequences, slots)]
         ids, is_pad = pad(contexts)

@@ -1,4 +1,4 @@
-"""Section 04's third protocol: every comparison checkpoint fine-tuned (`lib.measure.finetune`), cached.
+"""The fine-tuning yardstick (section 04's third protocol), cached: checkpoints of sections 04-06 and 09 fine-tuned (`lib.measure.finetune`).
 
     yardstick.result("compare_bert_seed1")            # {"rows": [...], ...}: the final checkpoint
     yardstick.result("compare_bert_seed1", step=0)    # the same run's untrained network: the floor
@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from lib.measure import finetune, protocols
 from lib.nn.electra import Electra
-from lib.recipes import comparison, electra, ul2
+from lib.recipes import comparison, electra, modern, ul2
 from lib.train import cache, processes
 from lib.train.cache import CHECKPOINT_DIR, Run, StaleCheckpoint
 
@@ -50,7 +50,7 @@ class Entry:
     ns: tuple           # the label counts fine-tuned
     head: bool = False  # fine-tuned through a new classifier head (`finetune.finetune`) instead of its own slot
     kind: str = None    # how the slot is asked, where the run's config does not say (section 06: `protocols.ul2_kind`;
-                        # section 05: `protocols.UNMASKED`)
+                        # section 05: `protocols.UNMASKED`; section 09: `protocols.CHARACTERS`)
     labels_scored: bool = False   # each fine-tune also scored on the reviews it was fine-tuned on (`finetune.sweep`)
 
     @property
@@ -65,10 +65,12 @@ class Entry:
     @property
     def form(self):
         """How the slot is asked where the run's config does not say: section 06's "span" or "prefix", section
-        05's "unmasked" (a period at the slot, `protocols.UNMASKED`); None for the others."""
+        05's "unmasked" (a period at the slot, `protocols.UNMASKED`), section 09's "chars" (a character-level
+        decoder, `protocols.CHARACTERS`); None for the others."""
         if self.kind is None:
             return None
-        return "unmasked" if self.kind == protocols.UNMASKED else protocols.ul2_question(self.kind)[0]
+        named = {protocols.UNMASKED: "unmasked", protocols.CHARACTERS: "chars"}
+        return named.get(self.kind) or protocols.ul2_question(self.kind)[0]
 
     def backbone(self) -> Run:
         """The run whose network is fine-tuned (a snapshot is the run stopped after `step` steps)."""
@@ -102,7 +104,7 @@ def entries() -> list:
                 out.append(Entry(run, None, (N,), head=True))
         out += [Entry(comparison.run("bert", mlm_rate=0.40, seed=seed), None, (N,)),
                 Entry(comparison.run("t5_span", steps=6000, seed=seed), None, (N,))]
-    return out + floor_entries() + ul2_entries()
+    return out + floor_entries() + ul2_entries() + modern_entries()
 
 
 def floor_entries() -> list:
@@ -125,6 +127,16 @@ def ul2_entries() -> list:
         out += [Entry(ul2.run(recipe, seed), 0, (N,), kind=protocols.ul2_kind(form))
                 for recipe in ("span_decoder", "t5_span") for form in protocols.FORMS]
     return out
+
+
+def modern_entries() -> list:
+    """Section 09: every rung of the ladder (the base model's own runs for "base"), three seeds, read as a
+    character-level decoder (`protocols.CHARACTERS`) with N labels; the floor, each seed's initialisation of
+    the first and the last rung (the base model's network and the whole modern recipe's)."""
+    out = [Entry(modern.run(rung, seed), None, (N,), kind=protocols.CHARACTERS)
+           for rung in modern.RUNGS for seed in modern.SEEDS]
+    return out + [Entry(modern.run(rung, seed), 0, (N,), kind=protocols.CHARACTERS)
+                  for rung in (modern.RUNGS[0], modern.RUNGS[-1]) for seed in modern.SEEDS]
 
 
 def entry(name: str, step=None, head: bool = False, form: str = None) -> Entry:
@@ -194,9 +206,11 @@ def missing(directory=None) -> list:
 def estimated_seconds(e: Entry) -> float:
     """What one entry costs on this project's machine (one core), for the schedule and its progress bar: a
     fine-tune of n reviews took about 0.45 + 0.029 n seconds (0.7 s at n = 8, 4.2 s at 128), a snapshot's
-    pretraining about 0.03 s a step, and a measuring process 5 s to start; T5's two stacks about 1.7 times that."""
+    pretraining about 0.03 s a step, and a measuring process 5 s to start; T5's two stacks about 1.7 times that,
+    a character-level model (reviews of about 60 characters instead of about 17 tokens) about 6.5 times."""
     tunes = len(SPLITS) * len(finetune.LEARNING_RATES)
-    slower = 1.7 if "encoder-decoder" in (e.model_kind, e.run.config.get("backbone")) else 1.0
+    slower = (1.7 if "encoder-decoder" in (e.model_kind, e.run.config.get("backbone"))
+              else 6.5 if e.model_kind == protocols.CHARACTERS else 1.0)
     return 5 + slower * (tunes * sum(0.45 + 0.029 * n for n in e.ns) + 0.03 * (e.step or 0))
 
 
@@ -259,10 +273,23 @@ def scores_by_rate(name: str, step=None, n: int = N, group: str = "and") -> dict
             for lr in sorted({r["lr"] for r in rows})}
 
 
-def zero_shot_scores(name: str, step=None, group: str = "and") -> list:
+def zero_shot_scores(name: str, step=None, group: str = "and", form: str = None) -> list:
     """The backbone's own score on `group` test reviews of each split before fine-tuning (the shared protocol
     at the rating slot), as saved with the entry: for a snapshot, the network that was fine-tuned."""
-    return [score[group] for score in result(name, step)["zero_shot"]]
+    return [score[group] for score in result(name, step, form=form)["zero_shot"]]
+
+
+def summary(name: str, step=None, form: str = None, n: int = N, group: str = "and") -> dict:
+    """One entry on a line, each a mean over the label splits of the test score on `group` reviews: "zero-shot"
+    (the backbone as it is), "fine-tuned" (at the learning rate its validation chose, "lr") and "at <rate>" for
+    every rate swept (what fine-tuning at that rate does, chosen or not)."""
+    rows = [r for r in result(name, step, form=form)["rows"] if r["n"] == n]
+    chosen_ = finetune.chosen(rows, n)
+    mean = lambda scores: sum(scores) / len(scores)
+    return {"zero-shot": mean(zero_shot_scores(name, step, group, form)),
+            "fine-tuned": mean([r["test"][group] for r in chosen_]), "lr": chosen_[0]["lr"],
+            **{f"at {lr:g}": mean([r["test"][group] for r in rows if r["lr"] == lr])
+               for lr in sorted({r["lr"] for r in rows})}}
 
 
 def same_result(a: dict, b: dict) -> bool:

@@ -20,6 +20,9 @@ With config["fact_world"] = N the text is a facts-only world of N people
 log records the share of them it recalls (`answers.fact_recall`) instead of
 the validation loss: section 07's test of how many facts a model can hold.
 
+config["stop_after"] = K stops after K steps of the same schedule (0: the initialisation), a snapshot
+for the fine-tuning yardstick (`lib.recipes.yardstick`).
+
 What else a run logs follows from its network and config: a mixture of experts
 adds its balancing loss (config["balance"]) and logs each layer's routing; with
 config["log_steps"] every row also carries each step's loss and the length of
@@ -130,7 +133,7 @@ def train_char_lm(config: dict, parents=(), desc: str = "train"):
         return {key: values[start:done] for key, values in per_step.items()}
 
     log = fit(model, lambda: random_windows(stream, model.config.context + 1, config["batch_size"], generator),
-              loss_fn, config, desc=desc,
+              loss_fn, config, desc=desc, stop_after=config.get("stop_after"),
               evaluate=lambda m: {**({"recall": answers.fact_recall(with_capacity(m, None), home)} if people else
                                      {"val_loss": evals.validation_loss(with_capacity(m, None), val)}),
                                   **routing.row(), **steps_since_last_row()})
