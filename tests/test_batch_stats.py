@@ -93,3 +93,24 @@ def test_hidden_runs_recover_the_spans_and_rating_hiding_counts_them():
     hidden = counts["hidden"]
     assert counts["ratings"] >= hidden > 0 and counts["alone"] == counts["starts"] == hidden
     assert counts["only"] == hidden                                  # nothing else is hidden in these examples
+
+
+def test_a_masked_lm_batch_counts_the_selected_tokens_it_left_unchanged():
+    windows = torch.tensor([[A, B, C, D, E]] * 4)
+    batch = ob.mlm_batch(windows, torch.Generator().manual_seed(0), rate=1.0, mask_share=0.0, random_share=0.0)
+    assert batch_stats.batch_counts(batch)["kept"] == 20             # every token selected, none changed
+    batch = ob.mlm_batch(windows, torch.Generator().manual_seed(0), rate=1.0, mask_share=1.0, random_share=0.0)
+    assert batch_stats.batch_counts(batch)["kept"] == 0
+
+
+def test_target_losses_split_what_a_model_pays_between_sentinels_and_content():
+    """A model with equal logits pays log V on every target; the sentinels' share is their share of targets."""
+    class Uniform(torch.nn.Module):
+        def forward(self, source, decoder_input, *masks):
+            return torch.zeros(*decoder_input.shape, ob.VOCAB_SIZE)
+    got = batch_stats.target_losses(Uniform(), two_spans, STREAM, 10, 4, 2)
+    log_v = torch.log(torch.tensor(float(ob.VOCAB_SIZE))).item()
+    assert abs(got["sentinels"] / got["sentinels targets"] - log_v) < 1e-5
+    assert abs(got["content"] / got["content targets"] - log_v) < 1e-5
+    share = got["sentinels targets"] / (got["sentinels targets"] + got["content targets"])
+    assert abs(got["sentinel share"] - share) < 1e-9

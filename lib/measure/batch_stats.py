@@ -3,6 +3,7 @@ random windows of the review stream, drawn as training draws them.
 
 - `training_batches`: the batches themselves; `totals`: positions, loss positions, sentinels, ... summed over them;
 - `hidden_spans`: how many spans each example hides and where the first one starts;
+- `target_losses`: what a trained model pays on the sentinel targets and on the content targets;
 - `slot_counts` / `slot_generator_logits`: a stand-in ELECTRA generator (template-slot frequencies), so that
   ELECTRA's batches can be counted without a trained generator;
 - `masked_character_counts`: masking characters instead of words, how many masked characters the rest of
@@ -16,7 +17,7 @@ import torch
 
 from lib.data.tokenizers import MASK, NEWLINE_WORD, PAD, SENTINELS, TOKENIZER
 from lib.measure.protocols import RATING_IDS
-from lib.objectives.batches import VOCAB_SIZE, electra_batch, mlm_batch, random_windows
+from lib.objectives.batches import UNCHANGED, VOCAB_SIZE, batch_logits, electra_batch, mlm_batch, random_windows
 
 TEMPLATE_SLOTS = 17   # a review and its newline: 17 word tokens
 
@@ -98,7 +99,8 @@ def batch_counts(batch) -> Counter:
     (`padded`: source plus decoder input for an encoder-decoder), loss positions, and where the batch has them,
     rating targets (loss positions whose target is good, ok or bad: a prediction of a review's rating),
     sentinel and content targets, ELECTRA's selected and replaced positions, and the source tokens that are
-    neither padding nor <mask> (BART: the loss positions minus these are the words the encoder cannot see)."""
+    neither padding nor <mask> (BART: the loss positions minus these are the words the encoder cannot see), and
+    a masked LM's `kept` loss positions (selected but left unchanged: the input shows the answer)."""
     counts = Counter(positions=batch.positions if hasattr(batch, "positions") else int(batch.loss_mask.numel()),
                      loss=int(batch.loss_mask.sum()),
                      padded=int(batch.source.numel() + batch.decoder_input.numel()) if hasattr(batch, "source")
@@ -110,6 +112,8 @@ def batch_counts(batch) -> Counter:
                       source_unmasked=int(((batch.source != PAD) & (batch.source != MASK)).sum()))
     if hasattr(batch, "replaced"):
         counts.update(selected=int(batch.selected.sum()), replaced=int(batch.replaced.sum()))
+    if getattr(batch, "actions", None) is not None:
+        counts.update(kept=int((batch.loss_mask & (batch.actions == UNCHANGED)).sum()))
     return counts
 
 
@@ -119,6 +123,22 @@ def totals(make_batch, stream, window: int, batch_size: int, batches: int, seed:
     for batch in training_batches(make_batch, stream, window, batch_size, batches, seed):
         total.update(batch_counts(batch))
     return total
+
+
+@torch.no_grad()
+def target_losses(model, make_batch, stream, window: int, batch_size: int, batches: int, seed: int = 0) -> dict:
+    """What an encoder-decoder pays on its own objective's targets, over the `training_batches`: the summed
+    cross-entropy (nats) on sentinel targets and on content targets, their counts, and the sentinels' share of
+    the whole loss."""
+    total = Counter()
+    for batch in training_batches(make_batch, stream, window, batch_size, batches, seed):
+        nats = torch.nn.functional.cross_entropy(batch_logits(model, batch).transpose(1, 2), batch.targets,
+                                                 reduction="none")
+        for name, where in (("sentinels", batch.loss_mask & batch.is_sentinel),
+                            ("content", batch.loss_mask & ~batch.is_sentinel)):
+            total[name] += float(nats[where].sum())
+            total[name + " targets"] += int(where.sum())
+    return {**total, "sentinel share": total["sentinels"] / (total["sentinels"] + total["content"])}
 
 
 def hidden_spans(make_batch, stream, window: int, batch_size: int, batches: int = 50, seed: int = 0) -> tuple:
