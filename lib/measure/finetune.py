@@ -24,6 +24,7 @@ the same way, is the floor.
 """
 
 import copy
+import math
 import time
 import random
 from dataclasses import dataclass
@@ -191,6 +192,14 @@ def score(model, kind: str, reviews) -> dict:
         out[group] = sum(hits) / len(hits) if hits else float("nan")
     out["all"] = sum(right) / len(right)
     return out
+
+
+def answer_bits(model, kind: str, reviews) -> float:
+    """Mean bits the network pays for the right rating at its slot, the softmax taken over good / ok / bad only
+    (`score`'s columns): a zero-shot reading that keeps moving after `score` reaches 1.0."""
+    ids, slots, labels = _rating_examples(reviews, kind)
+    logp = slot_logits(model, kind, ids, slots)[:, _columns(model, kind)].log_softmax(-1)
+    return -logp[torch.arange(len(reviews)), labels].mean().item() / math.log(2)
 
 
 def sweep(model, kind: str, ns, splits, learning_rates=LEARNING_RATES, steps: int = STEPS, progress=None,
