@@ -1,6 +1,7 @@
 """The fine-tuning yardstick: the harness, its task, its choice of learning rate and its cache."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -206,3 +207,13 @@ def test_a_character_level_snapshot_at_step_zero_is_the_runs_initialisation():
     model, log = train_char_lm(config)
     seed_everything(1)
     assert log == [] and same_weights(model, build_network(config))
+
+
+def test_answer_bits_is_the_cross_entropy_over_the_three_ratings_in_bits():
+    class Blank(torch.nn.Module):           # equal logits everywhere: log2(3) bits for any answer
+        config = None
+
+        def forward(self, ids):
+            return torch.zeros(*ids.shape, 44, dtype=torch.float64)
+    reviews = finetune.rating_task(0).test[:6]
+    assert abs(finetune.answer_bits(Blank(), protocols.CHARACTERS, reviews) - math.log2(3)) < 1e-12
