@@ -88,6 +88,13 @@ def expert_counts_by_class(model, lines: list, layer: int = 0) -> dict:
     return {name: row for name, row in counts.items() if sum(row)}
 
 
+def top_expert_share(model, lines: list, char_class: str, layer: int = 0) -> float:
+    """The share of a class's characters (first choices, `expert_counts_by_class`) that the expert taking the
+    most of them gets: 1 / E when routing ignores the class, 1 when one expert takes all of it."""
+    counts = expert_counts_by_class(model, lines, layer)[char_class]
+    return max(counts) / sum(counts)
+
+
 def expert_before_answer(model, names, layer: int) -> dict:
     """{name: the first-choice expert of routed layer `layer` at the position that predicts the first letter of
     the city}, the space of `NAME lives in ` (a facts-only world's fact line), read with no capacity limit."""

@@ -32,6 +32,21 @@ def fmt(x, digits: int = 3) -> str:
     return f"{x:,.{digits}f}"
 
 
+def mean_range(values) -> tuple:
+    """(mean, lowest, highest) of a list of numbers: how the book reports a measure over seeds."""
+    values = list(values)
+    return sum(values) / len(values), min(values), max(values)
+
+
+def fmt_mean_range(triple, digits: int = 3) -> str:
+    """A `mean_range` as "mean [lowest, highest]".
+
+    >>> fmt_mean_range(mean_range([0.5, 0.25, 0.75]))
+    '0.500 [0.250, 0.750]'
+    """
+    return f"{fmt(triple[0], digits)} [{fmt(triple[1], digits)}, {fmt(triple[2], digits)}]"
+
+
 def below(x: float, bound: float) -> str:
     """A rounding-noise quantity, printed so that it reads the same on every CPU: "< bound" when it is
     below the bound (its digits depend on which float kernels ran), else its value in full.
@@ -107,6 +122,16 @@ def learning_curve(log: list, keys=("train_loss", "val_loss"), scale: float = BI
 def show_token(token: str) -> str:
     """Make whitespace visible in axis labels: space → ␣, newline → ⏎."""
     return token.replace(" ", "␣").replace("\n", "⏎")
+
+
+def top_attended(weights_row, labels: list, k: int = 3) -> str:
+    """The k positions one query attends to most, as "token@position weight, ...".
+
+    >>> top_attended(torch.tensor([0.1, 0.6, 0.3]), ["a", "b", "c"], k=2)
+    'b@1 0.60, c@2 0.30'
+    """
+    top = weights_row.topk(k)
+    return ", ".join(f"{show_token(labels[j])}@{j} {fmt(w, 2)}" for w, j in zip(top.values.tolist(), top.indices.tolist()))
 
 
 def attention_heatmap(weights, labels: list, title: str = "", ax=None, annotate: bool = False,
