@@ -53,6 +53,13 @@ def masked_lm_accuracy(model, ids, config: dict) -> float:
     return (logits.argmax(-1) == masked.targets[masked.loss_mask]).double().mean().item()
 
 
+def replacement_classes(batch, row: int, originals) -> dict:
+    """{position: `replacement_class`} of every replaced position of one review of an ELECTRA batch (`originals`:
+    its true ids)."""
+    ids = tuple(originals[row].tolist())
+    return {c: replacement_class(ids, c, int(batch.inputs[row, c])) for c in batch.replaced[row].nonzero()[:, 0].tolist()}
+
+
 @lru_cache(maxsize=None)
 def replacement_class(ids: tuple, position: int, token: int) -> str:
     """What replacing ids[position] by `token` does to a true review, by the world's rule (`check_line`):
