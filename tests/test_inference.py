@@ -63,3 +63,101 @@ def test_the_cache_is_used_only_where_it_is_exact():
     model.forward_cached(torch.zeros(1, CONFIG.context - 2, dtype=torch.long), cache)
     with pytest.raises(ValueError, match="exceed the model's context"):
         model.forward_cached(torch.zeros(1, 3, dtype=torch.long), cache)
+
+
+# -- section 10: every attention kind, padding, chunking, decoding rules, beam search, speculative decoding ------
+
+from lib.nn.models import kv_numbers_per_token, parameter_count    # noqa: E402
+
+KINDS = {"learned MHA": ModelConfig(), "RoPE MHA": ModelConfig(position="rope"),
+         "RoPE GQA": ModelConfig(position="rope", kv_heads=2), "MQA": ModelConfig(kv_heads=1),
+         "RoPE MLA": ModelConfig(position="rope", kv_latent=24), "MLA": ModelConfig(kv_latent=24, bias=False)}
+
+
+def measured(config, seed=0):
+    torch.manual_seed(seed)
+    return precision.for_measurement(TinyGPT(config), copy_model=False)
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_every_attention_kind_caches_exactly_and_holds_what_the_formula_says(name):
+    config, model = KINDS[name], measured(KINDS[name])
+    idx = torch.randint(0, config.vocab_size, (2, 50), generator=torch.Generator().manual_seed(1))
+    cache = KVCache(config.n_layers)
+    parts = [model.forward_cached(idx[:, a:b], cache) for a, b in ((0, 13), (13, 14), (14, 50))]
+    assert (torch.cat(parts, dim=1) - model(idx)).abs().max() < 1e-12
+    held = sum(layer.numbers_per_token() for layer in cache.layers)     # read off the allocated tensors
+    assert held == kv_numbers_per_token(config)
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(config)
+
+
+@pytest.mark.parametrize("name", ["RoPE MLA", "MLA"])
+def test_absorbed_latent_attention_equals_the_naive_path(name):
+    model = measured(KINDS[name])
+    idx = torch.randint(0, 44, (3, 40), generator=torch.Generator().manual_seed(2))
+    naive, naive_weights = model.forward_with_attention(idx)
+    for block in model.blocks:
+        block.attn.absorbed = True
+    absorbed, absorbed_weights = model.forward_with_attention(idx)
+    assert (naive - absorbed).abs().max() < 1e-12
+    assert all((a - b).abs().max() < 1e-12 for a, b in zip(naive_weights, absorbed_weights))
+
+
+@pytest.mark.parametrize("name", ["learned MHA", "RoPE GQA", "RoPE MLA"])
+def test_a_left_padded_batch_decodes_each_row_as_it_would_alone_and_prefill_may_be_chunked(name):
+    model = measured(KINDS[name])
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [9, 9, 3]]
+    ids, real = inference.left_pad(prompts)
+    rules = [inference.repetition_penalty(1.3), inference.temperature(0.7), inference.top_p(0.9)]
+    sampled = [inference.generate(model, ids, 15, real=real, processors=rules, use_cache=cached,
+                                  generator=torch.Generator().manual_seed(4)) for cached in (True, False)]
+    assert torch.equal(*sampled)
+    greedy_alone = [inference.generate(model, torch.tensor([p]), 15)[0] for p in prompts]
+    assert all(torch.equal(a, b) for a, b in zip(inference.generate(model, ids, 15, real=real), greedy_alone))
+    whole = inference.prefill(model, ids, real=real)[1]
+    assert all((inference.prefill(model, ids, chunk=c, real=real)[1] - whole).abs().max() < 1e-12 for c in (1, 2, 4))
+
+
+def test_top_p_keeps_exactly_the_smallest_set_that_reaches_p():
+    probs = torch.rand(200, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64) ** 3
+    probs = probs / probs.sum(-1, keepdim=True)
+    for p in (0.05, 0.5, 0.9):
+        keep = inference.top_p_mask(probs, p)
+        for row, kept in zip(probs, keep):
+            ranked = sorted(row.tolist(), reverse=True)
+            n = next(i + 1 for i in range(10) if sum(ranked[:i + 1]) >= p)     # the smallest prefix reaching p
+            assert kept.sum() == n and set(row[kept].tolist()) == set(ranked[:n])
+    assert inference.top_p_mask(probs, 1.0).all()
+    confident = torch.tensor([[0.7, 0.2, 0.1]], dtype=torch.float64)
+    assert inference.top_p_mask(confident, 0.6).tolist() == [[True, False, False]]       # never empty
+
+
+def test_min_p_keeps_exactly_the_tokens_above_its_share_of_the_top_one():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]], dtype=torch.float64)
+    assert inference.min_p_mask(probs, 0.3).tolist() == [[True, True, True, False]]    # cut at 0.15
+    assert inference.min_p_mask(probs, 1.0).tolist() == [[True, False, False, False]]
+
+
+def test_a_vanishing_temperature_top_k_one_and_beam_width_one_are_greedy():
+    model = measured(KINDS["RoPE MHA"])
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    greedy = inference.generate(model, prompt, 20)
+    for rules in ([inference.temperature(1e-6)], [inference.top_k(1)]):
+        assert torch.equal(inference.generate(model, prompt, 20, processors=rules,
+                                              generator=torch.Generator().manual_seed(0)), greedy)
+    best = inference.beam_search(model, prompt, 20, width=1, end=-1)[0]        # end=-1: no beam finishes early
+    assert best[0] == greedy[0].tolist()
+
+
+def test_speculative_sampling_gives_the_targets_distribution_exactly():
+    """By enumeration over a small vocabulary: a draft x ~ q kept with probability min(1, p/q), else a token from
+    the residual, is a token distributed as p; and a draft that is the target is always accepted."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        p, q = (torch.rand(7, generator=g, dtype=torch.float64) ** 4 for _ in range(2))
+        p, q = p / p.sum(), q / q.sum()
+        keep = q * inference.acceptance(p, q)                  # P(draft x and kept)
+        assert torch.allclose(keep + (1 - keep.sum()) * inference.residual(p, q), p, atol=1e-14)
+    model = measured(KINDS["RoPE MHA"])
+    new, stats = inference.speculative_generate(model, model, torch.tensor([[1, 2]]), 20, 4, torch.Generator().manual_seed(0))
+    assert new.shape == (1, 20) and stats["accepted"] == stats["drafted"] == 16 and stats["target_passes"] == 4

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.nn.latent import LatentAttention
 from lib.nn.masks import causal_mask, encoder_decoder_masks
 from lib.nn.modern import RMSNorm, SwiGLU, apply_rope
 
@@ -42,6 +43,8 @@ class ModelConfig:
     kv_heads: int = None        # key/value heads g: None = n_heads (multi-head), 1 = multi-query
     bias: bool = True           # biases in every linear layer and LayerNorm
     tie_output: bool = True     # the output layer is the token embedding (else a matrix of its own)
+    kv_latent: int = None       # section 10: multi-head latent attention with a key/value latent of this many numbers
+                                # (`latent.LatentAttention`; with RoPE, a decoupled key of d_h / 2); None: per-head keys
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
@@ -52,6 +55,9 @@ class ModelConfig:
                 raise ValueError(f"{key}={getattr(self, key)!r}: choose from {allowed}")
         if self.kv_heads is not None and not (1 <= self.kv_heads <= self.n_heads and self.n_heads % self.kv_heads == 0):
             raise ValueError(f"kv_heads={self.kv_heads} must divide n_heads={self.n_heads}")
+        if self.kv_latent is not None and (self.kv_heads is not None or self.kv_latent < 1):
+            raise ValueError(f"kv_latent={self.kv_latent}: a positive latent width, and no kv_heads (MLA shares one "
+                             f"latent among all heads)")
         if self.position == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"rotary embeddings need an even head size, got {self.d_model // self.n_heads}")
 
@@ -59,6 +65,11 @@ class ModelConfig:
     def groups(self) -> int:
         """g, the number of key/value heads."""
         return self.kv_heads or self.n_heads
+
+    @property
+    def rope_key(self) -> int:
+        """d_R, the width of MLA's decoupled RoPE key (half a head, as in DeepSeek-V2); 0 without RoPE or MLA."""
+        return (self.d_model // self.n_heads) // 2 if self.kv_latent and self.position == "rope" else 0
 
     @property
     def hidden(self) -> int:
@@ -91,6 +102,9 @@ def parameter_count(config: ModelConfig) -> int:
     b, kv, h = int(config.bias), config.groups * (d // config.n_heads), config.hidden
     norm = d * (1 + (config.norm == "layernorm" and config.bias))
     attention = 2 * d * d + 2 * d * kv + b * (2 * d + 2 * kv)
+    if config.kv_latent:   # MLA: W_Q with each head's RoPE part, W_DKV and W_KR, W_UK and W_UV (no bias), W_O
+        c, r, q = config.kv_latent, config.rope_key, d + config.n_heads * config.rope_key
+        attention = d * q + d * (c + r) + c * 2 * d + d * d + b * (q + c + r + d)
     mlp = (2 * d * h + b * (h + d)) if config.mlp == "gelu" else (3 * d * h + b * (2 * h + d))
     return (V * d + T * d * (config.position == "learned") + L * (2 * norm + attention + mlp) + norm
             + V * d * (not config.tie_output))
@@ -139,7 +153,7 @@ class SelfAttention(nn.Module):
         q, k, v = split_heads(q, self.n_heads), split_heads(k, self.groups), split_heads(v, self.groups)
         if self.rope:              # positions continue the cache's when none are given
             if positions is None:
-                start = 0 if past is None or past.k is None else past.k.shape[2]
+                start = 0 if past is None else len(past)
                 positions = torch.arange(start, start + x.shape[1])
             q, k = (apply_rope(t, positions, interleaved=self.interleaved) for t in (q, k))
         if past is not None:       # a LayerCache: the earlier positions' keys and values come first (g heads)
@@ -188,13 +202,21 @@ def make_mlp(config: ModelConfig):
     return MLP(config) if config.mlp == "gelu" else SwiGLU(config.d_model, config.hidden, config.bias)
 
 
+def make_attention(config: ModelConfig):
+    """Multi-head, grouped-query or multi-query attention (`SelfAttention`), or multi-head latent attention."""
+    if config.kv_latent:
+        return LatentAttention(config.d_model, config.n_heads, config.kv_latent, config.rope_key, config.bias,
+                               config.rope_layout == "interleaved")
+    return SelfAttention(config)
+
+
 class Block(nn.Module):
     """Pre-LN: x + attn(ln(x)), then x + mlp(ln(x)); the residual path stays clean."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.ln_1 = make_norm(config)
-        self.attn = SelfAttention(config)
+        self.attn = make_attention(config)
         self.ln_2 = make_norm(config)
         self.mlp = make_mlp(config)
 
@@ -265,11 +287,12 @@ class MaskedTransformer(nn.Module):
             self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         init_weights(self, config.n_layers)
 
-    def embed(self, idx, start: int = 0):
-        """The residual stream's start (B, T, d): token embeddings, plus learned positions start.. if any."""
+    def embed(self, idx, start: int = 0, positions=None):
+        """The residual stream's start (B, T, d): token embeddings, plus learned positions start.. (or each row's
+        own `positions` (B, T)) if the model has a position table."""
         x = self.wte(idx)
         if self.config.position == "learned":
-            x = x + self.wpe(torch.arange(start, start + idx.shape[1]))
+            x = x + self.wpe(torch.arange(start, start + idx.shape[1]) if positions is None else positions)
         return x
 
     def output(self, h):
@@ -314,15 +337,31 @@ def _length(idx) -> int:
 
 
 class LayerCache:
-    """One layer's keys and values of the positions computed so far, each (B, g, t, d_h): g key/value heads."""
+    """What one layer keeps of the positions computed so far, tensors (B, heads, t, width): keys and values of the
+    g key/value heads (`SelfAttention`), or the latent and the RoPE key (`latent.LatentAttention`, one "head")."""
 
     def __init__(self):
-        self.k = self.v = None
+        self.tensors = ()
 
-    def extend(self, k, v):
-        """Append the new positions' keys and values; return all of them."""
-        self.k, self.v = (k, v) if self.k is None else (torch.cat([self.k, k], 2), torch.cat([self.v, v], 2))
-        return self.k, self.v
+    def extend(self, *new):
+        """Append the new positions' tensors; return all of them."""
+        self.tensors = new if not self.tensors else tuple(torch.cat([a, b], 2) for a, b in zip(self.tensors, new))
+        return self.tensors
+
+    def __len__(self):
+        return self.tensors[0].shape[2] if self.tensors else 0
+
+    def numbers_per_token(self) -> int:
+        """Numbers held per cached token and batch row, read off the tensors."""
+        return sum(t.shape[1] * t.shape[3] for t in self.tensors)
+
+    @property
+    def k(self):
+        return self.tensors[0] if self.tensors else None
+
+    @property
+    def v(self):
+        return self.tensors[1] if self.tensors else None
 
 
 class KVCache:
@@ -333,7 +372,7 @@ class KVCache:
 
     def __len__(self):
         """The number of positions cached."""
-        return 0 if self.layers[0].k is None else self.layers[0].k.shape[2]
+        return len(self.layers[0])
 
 
 class TinyGPT(MaskedTransformer):
@@ -348,11 +387,15 @@ class TinyGPT(MaskedTransformer):
     def forward_with_attention(self, idx):
         return super().forward_with_attention(idx, causal_mask(_length(idx)))
 
-    def forward_cached(self, idx, cache: KVCache):
+    def forward_cached(self, idx, cache: KVCache, positions=None, real=None):
         """Logits (B, T, V) of tokens idx (B, T) that continue the `len(cache)` positions in `cache`: each new
         position attends to every cached one and causally to the new ones, and their keys and values join the
         cache.  Equal, up to float rounding, to the last T positions of `forward` on the whole sequence, at
-        the cost of the new positions only."""
+        the cost of the new positions only.
+
+        A left-padded batch (`inference.left_pad`) gives each row's position ids (B, T) and `real` (B, len(cache)
+        + T), False at padding: no position attends to padding (a padding position attends to itself alone, so
+        that its softmax exists; nothing reads it)."""
         if not self.supports_kv_cache:
             raise ValueError(f"{type(self).__name__} does not decode with a KV cache; call forward on the whole sequence")
         start, (B, T) = len(cache), idx.shape
@@ -360,9 +403,13 @@ class TinyGPT(MaskedTransformer):
             raise ValueError(f"{start} cached + {T} new positions exceed the model's context {self.config.context}")
         check_ids(idx, self.config)
         mask = torch.ones(T, start + T, dtype=torch.bool).tril(diagonal=start).expand(B, T, start + T)
-        x = self.embed(idx, start)
+        if real is not None:
+            itself = torch.arange(start + T)[None, :] == torch.arange(start, start + T)[:, None]     # (T, start + T)
+            mask = (mask & real[:, None, :]) | itself
+        x = self.embed(idx, start, positions)
+        rope = {"positions": positions} if positions is not None and self.config.position == "rope" else {}
         for block, past in zip(self.blocks, cache.layers):
-            x, _ = block(x, mask, past=past)
+            x, _ = block(x, mask, past=past, **rope)
         return self.output(self.ln_f(x))
 
 
@@ -484,6 +531,8 @@ def pool_kv_heads(model: MaskedTransformer, kv_heads: int) -> MaskedTransformer:
     Pooling the projection rows pools the keys and values themselves (the projection is linear, and RoPE
     rotates after it)."""
     old = model.config
+    if old.kv_latent:
+        raise ValueError("a multi-head latent attention model has no key/value heads to pool")
     if old.groups % kv_heads:
         raise ValueError(f"{old.groups} key/value heads do not pool evenly into {kv_heads}")
     pooled = type(model)(replace(old, kv_heads=kv_heads)).to(next(model.parameters()).dtype)
@@ -498,7 +547,9 @@ def pool_kv_heads(model: MaskedTransformer, kv_heads: int) -> MaskedTransformer:
 
 def kv_numbers_per_token(config: ModelConfig) -> int:
     """Numbers a KV cache holds per token: a key and a value of d_h each, for each of the g key/value heads of
-    each of the L layers (2·L·g·d_h; multi-head: 2·L·d)."""
+    each of the L layers (2·L·g·d_h; multi-head: 2·L·d); with MLA the latent and the RoPE key, L·(d_c + d_R)."""
+    if config.kv_latent:
+        return config.n_layers * (config.kv_latent + config.rope_key)
     return 2 * config.n_layers * config.groups * (config.d_model // config.n_heads)
 
 

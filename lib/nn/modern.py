@@ -54,20 +54,25 @@ class SwiGLU(nn.Module):
 
 
 def rope_angles(positions, d_head: int, base: float = 10000.0):
-    """(T, d_head / 2) angles m·θ_i with θ_i = base^(-2i / d_head), in float64 (cast by the caller)."""
+    """(..., d_head / 2) angles m·θ_i with θ_i = base^(-2i / d_head) for positions (...), in float64 (cast by the
+    caller)."""
     if d_head % 2:
         raise ValueError(f"rotary embeddings pair features: d_head must be even, got {d_head}")
     theta = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
-    return torch.as_tensor(positions, dtype=torch.float64)[:, None] * theta
+    return torch.as_tensor(positions, dtype=torch.float64)[..., None] * theta
 
 
 def apply_rope(x, positions, base: float = 10000.0, interleaved: bool = False):
-    """x (..., T, d_head) rotated pair by pair: the pair's angle is position·θ_i (`rope_angles`).  Rotate-half
-    pairs feature i with i + d_head/2; interleaved pairs 2i with 2i + 1.  Norms are preserved."""
+    """x (..., T, d_head) rotated pair by pair: the pair's angle is position·θ_i (`rope_angles`).  positions is
+    (T,), or (B, T) for x (B, heads, T, d_head) whose rows sit at positions of their own (a left-padded batch).
+    Rotate-half pairs feature i with i + d_head/2; interleaved pairs 2i with 2i + 1.  Norms are preserved."""
     T, d_head = x.shape[-2:]
-    if len(positions) != T:
-        raise ValueError(f"{len(positions)} positions for {T} rows")
+    positions = torch.as_tensor(positions)
+    if positions.shape[-1] != T:
+        raise ValueError(f"{positions.shape[-1]} positions for {T} rows")
     angles = rope_angles(positions, d_head, base)
+    if angles.dim() == 3:                                                       # (B, T, .) -> (B, 1, T, .)
+        angles = angles[:, None]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)              # (T, d_head / 2)
     if interleaved:
         even, odd = x[..., 0::2], x[..., 1::2]

@@ -46,15 +46,25 @@ def matched_hidden(switches: dict) -> int:
         **BASE_MODEL["model"], **switches, mlp_hidden=h)) - TARGET))
 
 
-def rung_model(rung: str) -> dict:
-    """The model config (a dict) of a rung: every switch up to and including it, the MLP width matched."""
+def rung_switches(rung: str) -> dict:
+    """Every switch up to and including a rung's."""
     if rung not in LADDER:
         raise ValueError(f"unknown rung {rung!r}; choose from {RUNGS}")
     switches = {}
     for name in RUNGS[: RUNGS.index(rung) + 1]:
         switches.update(LADDER[name])
+    return switches
+
+
+def matched_model(switches: dict) -> dict:
+    """The base model's config (a dict) with these switches, the MLP width matched to its parameter count."""
     hidden = matched_hidden(switches)
     return ModelConfig(**BASE_MODEL["model"], **switches, **({"mlp_hidden": hidden} if hidden else {})).to_dict()
+
+
+def rung_model(rung: str) -> dict:
+    """The model config (a dict) of a rung: every switch up to and including it, the MLP width matched."""
+    return matched_model(rung_switches(rung))
 
 
 def run_name(rung: str, seed: int = 0) -> str:
