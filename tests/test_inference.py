@@ -161,3 +161,13 @@ def test_speculative_sampling_gives_the_targets_distribution_exactly():
     model = measured(KINDS["RoPE MHA"])
     new, stats = inference.speculative_generate(model, model, torch.tensor([[1, 2]]), 20, 4, torch.Generator().manual_seed(0))
     assert new.shape == (1, 20) and stats["accepted"] == stats["drafted"] == 16 and stats["target_passes"] == 4
+
+
+def test_sampled_lines_take_processors_after_the_temperature():
+    """evals.sample_lines with top-k = 1 writes the greedy lines whatever the temperature and seed."""
+    model = measured(ModelConfig())
+    greedy = evals.generate(model, ["\n"] * 4, max_new=40, temperature=0)
+    for t, seed in ((1.0, 0), (2.0, 5)):
+        lines = evals.generate(model, ["\n"] * 4, max_new=40, temperature=t, processors=[inference.top_k(1)],
+                               generator=torch.Generator().manual_seed(seed))
+        assert lines == greedy
