@@ -188,6 +188,8 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
         raise ValueError("generate() needs prompts of equal length; group them or call it once per prompt")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature > 0 and generator is None:
+        raise ValueError("sampling (temperature > 0) needs a torch.Generator: pass generator=, or temperature=0")
     idx = torch.tensor([CHARS.encode(p) for p in prompts])
     done = torch.zeros(len(prompts), dtype=torch.bool)
     rules = [inference.temperature(temperature), *processors] if temperature > 0 else list(processors)
