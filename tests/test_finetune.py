@@ -210,10 +210,15 @@ def test_a_character_level_snapshot_at_step_zero_is_the_runs_initialisation():
 
 
 def test_answer_bits_is_the_cross_entropy_over_the_three_ratings_in_bits():
-    class Blank(torch.nn.Module):           # equal logits everywhere: log2(3) bits for any answer
-        config = None
-
+    """A stand-in whose logits at every position are 0 for g, 1 for o, 2 for b and 9 elsewhere: the softmax over the
+    three gives each review's true rating a known probability, whatever the other letters."""
+    class Fixed(torch.nn.Module):
         def forward(self, ids):
-            return torch.zeros(*ids.shape, 44, dtype=torch.float64)
-    reviews = finetune.rating_task(0).test[:6]
-    assert abs(finetune.answer_bits(Blank(), protocols.CHARACTERS, reviews) - math.log2(3)) < 1e-12
+            logits = torch.full((*ids.shape, 44), 9.0, dtype=torch.float64)
+            logits[..., protocols.CHAR_RATING_IDS] = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+            return logits
+    reviews = finetune.rating_task(0).test[:12]
+    logp = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64).log_softmax(-1)
+    expected = -sum(logp[world.RATINGS.index(true_rating(r))].item() for r in reviews) / len(reviews) / math.log(2)
+    assert len({true_rating(r) for r in reviews}) > 1
+    assert abs(finetune.answer_bits(Fixed(), protocols.CHARACTERS, reviews) - expected) < 1e-12

@@ -1,6 +1,8 @@
 """The KV cache (models.KVCache, TinyGPT.forward_cached) and lib.nn.inference.generate: decoding with the cache
 gives what rerunning the model on the whole sequence gives."""
 
+import math
+
 import pytest
 import torch
 
@@ -101,6 +103,9 @@ def test_absorbed_latent_attention_equals_the_naive_path(name):
     absorbed, absorbed_weights = model.forward_with_attention(idx)
     assert (naive - absorbed).abs().max() < 1e-12
     assert all((a - b).abs().max() < 1e-12 for a, b in zip(naive_weights, absorbed_weights))
+    cache = KVCache(2)                                  # the fused path, whole and cached, absorbed
+    cached = torch.cat([model.forward_cached(idx[:, :25], cache), model.forward_cached(idx[:, 25:], cache)], dim=1)
+    assert (model(idx) - naive).abs().max() < 1e-12 and (cached - naive).abs().max() < 1e-12
 
 
 @pytest.mark.parametrize("name", ["learned MHA", "RoPE GQA", "RoPE MLA"])
@@ -161,3 +166,75 @@ def test_speculative_sampling_gives_the_targets_distribution_exactly():
     model = measured(KINDS["RoPE MHA"])
     new, stats = inference.speculative_generate(model, model, torch.tensor([[1, 2]]), 20, 4, torch.Generator().manual_seed(0))
     assert new.shape == (1, 20) and stats["accepted"] == stats["drafted"] == 16 and stats["target_passes"] == 4
+
+
+class Sharp(torch.nn.Module):
+    """A model's logits times 1e4: sampling from it is its greedy decoding."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.config = model, model.config
+
+    def forward(self, idx):
+        return self.model(idx) * 1e4
+
+
+def test_speculative_decoding_with_another_draft_samples_what_the_target_would():
+    """A target that is effectively greedy, drafted for by a different model: whatever the draft proposes, the
+    tokens are the target's greedy ones (each verified p[i], and the bonus token p[k], read at the right place)."""
+    target, draft = Sharp(measured(KINDS["RoPE MHA"], seed=0)), measured(KINDS["learned MHA"], seed=1)
+    prompt = torch.tensor([[3, 1, 4]])
+    greedy = inference.generate(target.model, prompt, 30)
+    for length in (1, 3, 5):
+        new, stats = inference.speculative_generate(target, draft, prompt, 30, length, torch.Generator().manual_seed(length))
+        assert torch.equal(new, greedy) and stats["accepted"] < stats["drafted"]
+    with pytest.raises(ValueError, match="exceed the target's context"):
+        inference.speculative_generate(target, draft, prompt, CONFIG.context, 2, torch.Generator())
+
+
+class Toy(torch.nn.Module):
+    """Four tokens, the last one ends a line; the next token's probabilities depend on the last token only:
+    after the prompt (token 2) 0 has 0.6 and 1 has 0.4; after 0 the end has 0.3, after 1 it has 0.9."""
+    config = ModelConfig(vocab_size=4)
+    table = {2: [0.6, 0.4, 0.0, 0.0], 0: [0.35, 0.35, 0.0, 0.3], 1: [0.05, 0.05, 0.0, 0.9]}
+
+    def forward(self, idx):
+        probs = torch.tensor([self.table[t] for t in idx[:, -1].tolist()], dtype=torch.float64)
+        return probs.clamp(min=1e-12).log()[:, None, :].expand(-1, idx.shape[1], -1)
+
+
+def test_beam_search_finds_the_line_greedy_decoding_misses():
+    """Greedy takes 0 (0.6) and ends with 0.6 x 0.3 = 0.18 at best; the line [1, end] has 0.4 x 0.9 = 0.36."""
+    prompt = torch.tensor([[2]])
+    assert inference.generate(Toy(), prompt, 1).tolist() == [[0]]
+    best, second = inference.beam_search(Toy(), prompt, 4, width=2, end=3)
+    assert best[0] == [1, 3] and abs(best[1] - math.log(0.36)) < 1e-9
+    # [0, 3] (0.18) fell out at step 2 behind [0, 0] (0.21): the second finished beam is a longer one
+    assert second[0] == [0, 0, 1, 3] and abs(second[1] - math.log(0.6 * 0.35 * 0.35 * 0.9)) < 1e-9
+    for penalty in (0.0, 0.7, 1.0):
+        ranked = inference.beam_search(Toy(), prompt, 4, width=3, end=3, length_penalty=penalty)
+        assert all(abs(score - logp / len(seq) ** penalty) < 1e-12 for seq, logp, score in ranked)
+        assert [r[2] for r in ranked] == sorted((r[2] for r in ranked), reverse=True)
+
+
+def test_a_padded_batch_needs_no_position_ids_and_writes_nothing_when_asked_for_nothing():
+    model = measured(KINDS["RoPE GQA"])
+    ids, real = inference.left_pad([[1, 2, 3, 4], [5]])
+    given = model.forward_cached(ids, KVCache(2), inference.position_ids(real), real)
+    assert torch.equal(model.forward_cached(ids, KVCache(2), real=real), given)
+    assert inference.generate(model, ids, 0, real=real).shape == (2, 0)
+
+
+def test_an_mla_head_must_split_into_a_rotary_half_of_even_width():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        ModelConfig(d_model=24, n_heads=4, position="rope", kv_latent=8)
+
+
+def test_sampled_lines_take_processors_after_the_temperature():
+    """evals.sample_lines with top-k = 1 writes the greedy lines whatever the temperature and seed."""
+    model = measured(ModelConfig())
+    greedy = evals.generate(model, ["\n"] * 4, max_new=40, temperature=0)
+    for t, seed in ((1.0, 0), (2.0, 5)):
+        lines = evals.generate(model, ["\n"] * 4, max_new=40, temperature=t, processors=[inference.top_k(1)],
+                               generator=torch.Generator().manual_seed(seed))
+        assert lines == greedy

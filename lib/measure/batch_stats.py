@@ -100,7 +100,8 @@ def batch_counts(batch) -> Counter:
     rating targets (loss positions whose target is good, ok or bad: a prediction of a review's rating),
     sentinel and content targets, ELECTRA's selected and replaced positions, and the source tokens that are
     neither padding nor <mask> (BART: the loss positions minus these are the words the encoder cannot see), and
-    a masked LM's `kept` loss positions (selected but left unchanged: the input shows the answer)."""
+    a masked LM's `kept` loss positions (selected and left unchanged: the input shows the answer; a random
+    replacement that happens to draw the original shows it too, about rate x 0.1 / V of them, not counted)."""
     counts = Counter(positions=batch.positions if hasattr(batch, "positions") else int(batch.loss_mask.numel()),
                      loss=int(batch.loss_mask.sum()),
                      padded=int(batch.source.numel() + batch.decoder_input.numel()) if hasattr(batch, "source")

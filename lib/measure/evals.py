@@ -178,17 +178,21 @@ def char_bits(model, line: str) -> list:
 
 
 @torch.no_grad()
-def generate(model, prompts: list, max_new: int, temperature: float = 1.0, generator=None) -> list:
+def generate(model, prompts: list, max_new: int, temperature: float = 1.0, generator=None, processors=()) -> list:
     """Continue each prompt (all of equal length) by up to max_new characters, stopping at a newline.
 
     temperature == 0 means greedy (argmax); otherwise sample from softmax(logits / temperature)
-    with the given torch.Generator, so the same seed gives the same text."""
+    with the given torch.Generator, so the same seed gives the same text.  `processors` (`inference.top_p(0.9)`,
+    ...) follow the temperature, in order."""
     if len({len(p) for p in prompts}) != 1:
         raise ValueError("generate() needs prompts of equal length; group them or call it once per prompt")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature > 0 and generator is None:
+        raise ValueError("sampling (temperature > 0) needs a torch.Generator: pass generator=, or temperature=0")
     idx = torch.tensor([CHARS.encode(p) for p in prompts])
     done = torch.zeros(len(prompts), dtype=torch.bool)
+    rules = [inference.temperature(temperature), *processors] if temperature > 0 else list(processors)
     cache = inference.new_cache(model, idx.shape[1] + max_new - 1)   # None: the model reruns each step
     for _ in range(max_new):
         # only the rows still writing are used (and, without a cache, computed); every row still draws (its draw
@@ -199,10 +203,7 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
         else:
             last = inference.next_logits(model, idx, cache)[active]
         logits = last.new_zeros(len(prompts), last.shape[-1]).index_copy_(0, active, last)   # (B, V)
-        if temperature == 0:
-            nxt = logits.argmax(dim=-1)
-        else:
-            nxt = torch.multinomial((logits / temperature).softmax(dim=-1), 1, generator=generator)[:, 0]
+        nxt = inference.choose(logits, idx, rules, generator if temperature > 0 else None)
         nxt = torch.where(done, NEWLINE_CHAR, nxt)
         idx = torch.cat([idx, nxt[:, None]], dim=1)
         done |= nxt == NEWLINE_CHAR
@@ -211,11 +212,12 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
     return [CHARS.decode(row[len(prompts[0]):]).split("\n")[0] for row in idx.tolist()]
 
 
-def sample_lines(model, n: int, temperature: float = 1.0, seed: int = 0) -> list:
-    """n lines sampled from scratch (after a newline), reproducible for a given seed."""
+def sample_lines(model, n: int, temperature: float = 1.0, seed: int = 0, processors=()) -> list:
+    """n lines sampled from scratch (after a newline), reproducible for a given seed; `processors` as in
+    `generate`."""
     generator = torch.Generator().manual_seed(seed)
     return generate(model, ["\n"] * n, max_new=model.config.context - 1, temperature=temperature,
-                    generator=generator)
+                    generator=generator, processors=processors)
 
 
 def line_quality(lines: list) -> dict:

@@ -108,6 +108,8 @@ def choose(logits, ids, processors=(), generator=None):
 
 
 def _generate_padded(model, prompt_ids, real, max_new_tokens, use_cache, processors, generator):
+    if max_new_tokens == 0:
+        return prompt_ids[:, :0]
     if not getattr(model, "supports_kv_cache", False) or prompt_ids.shape[1] + max_new_tokens - 1 > model.config.context:
         raise ValueError("a left-padded batch is decoded through forward_cached, within the model's context")
     idx = prompt_ids
@@ -196,8 +198,9 @@ def repetition_penalty(penalty: float):
 def beam_search(model, prompt_ids, max_new_tokens: int, width: int, end: int, length_penalty: float = 1.0) -> list:
     """The `width` best continuations of one prompt (1, P), each [new ids, log-probability, score], best first.
     Each step every unfinished beam is extended by every token and the `width` best partial sequences by
-    log-probability are kept; a beam that writes `end` is finished.  Finished beams are ranked by
-    log-probability / length ** length_penalty (0: the raw log-probability, which favours short ones)."""
+    log-probability are kept; a beam that writes `end` is finished, and the search stops once `width` beams have
+    finished (or after max_new_tokens).  Beams are ranked by log-probability / length ** length_penalty (0: the raw
+    log-probability, which favours short ones).  Each step reruns the model on every beam (no cache: beams fork)."""
     if prompt_ids.shape[0] != 1 or width < 1:
         raise ValueError("beam search takes one prompt (1, P) and a width of at least 1")
     beams, finished = [([], 0.0)], []
@@ -244,6 +247,10 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens: int, draft_l
     "drafted", "accepted"}."""
     if prompt_ids.shape[0] != 1 or draft_length < 1:
         raise ValueError("speculative decoding takes one prompt (1, P) and a draft length of at least 1")
+    if prompt_ids.shape[1] + max_new_tokens > target.config.context:
+        raise ValueError(f"{prompt_ids.shape[1]} + {max_new_tokens} tokens exceed the target's context "
+                         f"{target.config.context}: past it every position would move, and the samples would no "
+                         "longer be the target's")
     idx, P = prompt_ids, prompt_ids.shape[1]
     stats = {"target_passes": 0, "drafted": 0, "accepted": 0}
     while idx.shape[1] - P < max_new_tokens:

@@ -14,8 +14,9 @@ features, shared by all heads, is cached beside the latent.  A score is
 and the cache holds d_c + d_R numbers per token and layer.
 
 Absorption: q_C,i · (W_UK,i c) = (W_UK,iᵀ q_C,i) · c, so a head's query can be moved into the latent's space once
-per query instead of expanding every cached latent into keys; likewise W_UV,i folds into the output projection
-(the head's output is W_O,i W_UV,i Σ_j a_ij c_j).  `absorbed=True` computes that way; the scores and outputs are
+per query instead of expanding every cached latent into keys; likewise the values stay latents until after the
+softmax: the head's output is W_UV,i Σ_j a_ij c_j (W_O W_UV,i could be precomputed as one matrix; this code applies
+the two in turn, which costs the same per query and keeps W_O shared with the naive path).  `absorbed=True` computes that way; the scores and outputs are
 the naive path's up to float rounding (a test checks), and the softmax scale stays 1/sqrt(d_h + d_R), the
 un-absorbed head's, although the vectors that meet are now d_c + d_R long.
 
@@ -28,8 +29,8 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
+from lib.nn.attention import attend
 from lib.nn.modern import apply_rope
 
 
@@ -74,19 +75,11 @@ class LatentAttention(nn.Module):
         if self.absorbed:   # queries into the latent's space; values stay latents until after the softmax
             query = torch.cat([q_c @ w_uk, q_r], dim=-1)                            # (B, h, T, d_c + d_R)
             key = torch.cat([c, k_r], dim=-1)                                       # (B, 1, t, d_c + d_R)
-            y_latent, weights = _attend(query, key.expand(B, self.n_heads, -1, -1),
-                                        c.expand(B, self.n_heads, -1, -1), mask, scale, return_weights)
+            y_latent, weights = attend(query, key.expand(B, self.n_heads, -1, -1),
+                                       c.expand(B, self.n_heads, -1, -1), mask, return_weights, scale=scale)
             y = y_latent @ w_uv.transpose(1, 2)                                     # (B, h, T, d_h)
         else:               # every cached latent expanded into each head's key and value
             k = torch.cat([c @ w_uk.transpose(1, 2), k_r.expand(B, self.n_heads, -1, -1)], dim=-1)
-            y, weights = _attend(torch.cat([q_c, q_r], dim=-1), k, c @ w_uv.transpose(1, 2), mask, scale,
-                                 return_weights)
+            y, weights = attend(torch.cat([q_c, q_r], dim=-1), k, c @ w_uv.transpose(1, 2), mask, return_weights,
+                                scale=scale)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1)), weights
-
-
-def _attend(q, k, v, mask, scale, return_weights):
-    if return_weights:
-        weights = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask[:, None], float("-inf")).softmax(dim=-1)
-        return weights @ v, weights
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=scale), None
-

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.nn.attention import attend, merge_heads, split_heads  # noqa: F401 (split_heads, merge_heads: public here)
 from lib.nn.latent import LatentAttention
 from lib.nn.masks import causal_mask, encoder_decoder_masks
 from lib.nn.modern import RMSNorm, SwiGLU, apply_rope
@@ -58,6 +59,9 @@ class ModelConfig:
         if self.kv_latent is not None and (self.kv_heads is not None or self.kv_latent < 1):
             raise ValueError(f"kv_latent={self.kv_latent}: a positive latent width, and no kv_heads (MLA shares one "
                              f"latent among all heads)")
+        if self.rope_key % 2:
+            raise ValueError(f"MLA's decoupled RoPE key is half a head ({self.rope_key}): the head size must be a "
+                             f"multiple of 4, got {self.d_model // self.n_heads}")
         if self.position == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"rotary embeddings need an even head size, got {self.d_model // self.n_heads}")
 
@@ -108,30 +112,6 @@ def parameter_count(config: ModelConfig) -> int:
     mlp = (2 * d * h + b * (h + d)) if config.mlp == "gelu" else (3 * d * h + b * (2 * h + d))
     return (V * d + T * d * (config.position == "learned") + L * (2 * norm + attention + mlp) + norm
             + V * d * (not config.tie_output))
-
-
-def attend(q, k, v, mask, return_weights=False):
-    """Scaled dot-product attention of q (B, h, Tq, d_h) over k, v (B, h, Tk, d_h); mask (B, Tq, Tk)."""
-    if return_weights:  # the explicit path, to show the weights
-        # Scale by sqrt(d_h): unit-variance q, k components give q·k a variance of d_h (Vaswani et al. §3.2.1).
-        # Under this book's N(0, 0.02) init the scores start near 0 with or without it (§02 measures both).
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))               # (B, h, Tq, Tk)
-        weights = scores.masked_fill(~mask[:, None], float("-inf")).softmax(dim=-1)
-        return weights @ v, weights                                            # (B, h, Tq, d_h)
-    # The same computation fused by PyTorch: about 25% faster training on CPU.
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None]), None
-
-
-def split_heads(x, n_heads):
-    """(B, T, d) -> (B, n_heads, T, d / n_heads)."""
-    B, T, d = x.shape
-    return x.view(B, T, n_heads, d // n_heads).transpose(1, 2)
-
-
-def merge_heads(y):
-    """(B, n_heads, T, d_h) -> (B, T, n_heads * d_h)."""
-    B, h, T, d_h = y.shape
-    return y.transpose(1, 2).reshape(B, T, h * d_h)
 
 
 class SelfAttention(nn.Module):
@@ -338,7 +318,8 @@ def _length(idx) -> int:
 
 class LayerCache:
     """What one layer keeps of the positions computed so far, tensors (B, heads, t, width): keys and values of the
-    g key/value heads (`SelfAttention`), or the latent and the RoPE key (`latent.LatentAttention`, one "head")."""
+    g key/value heads (`SelfAttention`), or the latent and the RoPE key (`latent.LatentAttention`, one "head";
+    `k` and `v` then name those two)."""
 
     def __init__(self):
         self.tensors = ()
@@ -406,6 +387,8 @@ class TinyGPT(MaskedTransformer):
         if real is not None:
             itself = torch.arange(start + T)[None, :] == torch.arange(start, start + T)[:, None]     # (T, start + T)
             mask = (mask & real[:, None, :]) | itself
+            if positions is None:       # each row's own: its first real token is position 0
+                positions = (real.long().cumsum(1) - 1).clamp(min=0)[:, start:]
         x = self.embed(idx, start, positions)
         rope = {"positions": positions} if positions is not None and self.config.position == "rope" else {}
         for block, past in zip(self.blocks, cache.layers):

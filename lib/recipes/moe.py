@@ -31,7 +31,8 @@ recalled every FACT_EVAL_EVERY steps:
     facts_wide      one MLP of hidden 512                                   active = total = facts_experts' total
 
 and facts_dense also for twice the steps (facts_dense_steps32000); FACT_CONTROLS: facts_experts without a
-capacity limit, for seed 1 (facts_experts_uncapped_seed1).
+capacity limit, every seed (facts_experts_uncapped_seed1: the seed whose capped run never took off; seeds 0 and 2,
+which did, are the control for what removing the limit does to a run anyway).
 
 Every other run reads the same windows as the base model (seeded the same way), with
 the base model's optimisation and schedule, for STEPS steps (a third of the
@@ -87,9 +88,9 @@ FACT_VARIANTS = {  # name -> (the MoEConfig fields of its feed-forward layers, w
     "facts_wide": ({"n_experts": 0, "n_shared": 1, "expert_hidden": 512}, 0.0),
 }
 FACT_LONGER = 2 * FACT_STEPS     # facts_dense's longer schedule
-# facts_experts without a capacity limit, for the seed that never took off: do the plateau's drops hold it back?
+# facts_experts without a capacity limit: do the plateau's drops hold a run back? (seed 1 never took off capped)
 FACT_CONTROLS = {"facts_experts_uncapped": ({**FACT_VARIANTS["facts_experts"][0], "capacity_factor": None}, BALANCE)}
-FACT_CONTROL_SEEDS = (1,)
+FACT_CONTROL_SEEDS = (0, 1, 2)
 
 
 def _config(variant: str, table: dict, seed: int, steps: int, eval_every: int, width: dict = None, **extra) -> dict:
