@@ -104,18 +104,16 @@ def test_a_masked_lm_batch_counts_the_selected_tokens_it_left_unchanged():
 
 
 def test_target_losses_split_what_a_model_pays_between_sentinels_and_content():
-    """A model with equal logits pays log V on every target; the sentinels' share is their share of targets."""
+    """A model with equal logits pays log V on every target; the kinds of target are counted as the batches hold
+    them (two spans: <0> a b <1> c <2>: one first, one middle, one closing sentinel, three words per example)."""
     class Uniform(torch.nn.Module):
         def forward(self, source, decoder_input, *masks):
             return torch.zeros(*decoder_input.shape, ob.VOCAB_SIZE)
-    def one_long_span(windows, generator):       # tokens 2..4 hidden: targets <0> a b c <1>, 2 sentinels, 3 words
-        return ob.encoder_decoder_batch(*zip(*[ob.corrupt_spans(row, [(2, 5)]) for row in windows.tolist()]))
-    got = batch_stats.target_losses(Uniform(), one_long_span, STREAM, 10, 4, 2)
+    got = batch_stats.target_losses(Uniform(), two_spans, STREAM, 10, 4, 2)
     log_v = torch.log(torch.tensor(float(ob.VOCAB_SIZE))).item()
-    assert abs(got["sentinels"] / got["sentinels targets"] - log_v) < 1e-5
-    assert abs(got["content"] / got["content targets"] - log_v) < 1e-5
-    share = got["sentinels targets"] / (got["sentinels targets"] + got["content targets"])
-    assert abs(got["sentinel share"] - share) < 1e-9
-    counted = batch_stats.totals(one_long_span, STREAM, 10, 4, 2)       # the same batches, counted independently
-    assert (got["sentinels targets"], got["content targets"]) == (counted["sentinels"], counted["content"])
-    assert got["sentinels targets"] != got["content targets"]          # so a swap of the two would show
+    assert {k: got[k + " targets"] for k in ("first", "middle", "closing", "content")} == {
+        "first": 8, "middle": 8, "closing": 8, "content": 24}
+    assert all(abs(got[k] / got[k + " targets"] - log_v) < 1e-5 for k in ("first", "middle", "closing", "content"))
+    assert abs(got["sentinel share"] - 24 / 48) < 1e-9
+    counted = batch_stats.totals(two_spans, STREAM, 10, 4, 2)           # the same batches, counted independently
+    assert (counted["sentinels"], counted["content"]) == (24, 24)

@@ -129,17 +129,24 @@ def totals(make_batch, stream, window: int, batch_size: int, batches: int, seed:
 @torch.no_grad()
 def target_losses(model, make_batch, stream, window: int, batch_size: int, batches: int, seed: int = 0) -> dict:
     """What an encoder-decoder pays on its own objective's targets, over the `training_batches`: the summed
-    cross-entropy (nats) on sentinel targets and on content targets, their counts, and the sentinels' share of
-    the whole loss."""
+    cross-entropy (nats) and the count of each kind of target — "first" (the sentinel every target opens with,
+    `<0>`), "closing" (each target's last sentinel), "middle" (the sentinels between: where a span ends), "content"
+    (the hidden words) — and the sentinels' share of the whole loss."""
     total = Counter()
     for batch in training_batches(make_batch, stream, window, batch_size, batches, seed):
         nats = torch.nn.functional.cross_entropy(batch_logits(model, batch).transpose(1, 2), batch.targets,
                                                  reduction="none")
-        for name, where in (("sentinels", batch.loss_mask & batch.is_sentinel),
-                            ("content", batch.loss_mask & ~batch.is_sentinel)):
+        sentinel = batch.loss_mask & batch.is_sentinel
+        position = torch.arange(sentinel.shape[1])
+        last = torch.where(sentinel, position, -1).max(1, keepdim=True).values         # each row's closing sentinel
+        kinds = {"first": sentinel & (position == 0), "closing": sentinel & (position == last) & (position > 0),
+                 "content": batch.loss_mask & ~batch.is_sentinel}
+        kinds["middle"] = sentinel & ~kinds["first"] & ~kinds["closing"]
+        for name, where in kinds.items():
             total[name] += float(nats[where].sum())
             total[name + " targets"] += int(where.sum())
-    return {**total, "sentinel share": total["sentinels"] / (total["sentinels"] + total["content"])}
+    sentinels = total["first"] + total["middle"] + total["closing"]
+    return {**total, "sentinel share": sentinels / (sentinels + total["content"])}
 
 
 def hidden_spans(make_batch, stream, window: int, batch_size: int, batches: int = 50, seed: int = 0) -> tuple:
