@@ -260,15 +260,15 @@ def mean_test_score(name: str, step=None, n: int = N, group: str = "and", head: 
     return sum(scores) / len(scores)
 
 
-def chosen_rate(name: str, step=None, n: int = N, head: bool = False) -> float:
+def chosen_rate(name: str, step=None, n: int = N, head: bool = False, form: str = None) -> float:
     """The learning rate the validation reviews chose for one entry at n labelled reviews."""
-    return finetune.chosen(result(name, step, head)["rows"], n)[0]["lr"]
+    return chosen_rows(name, step, n, head, form)[0]["lr"]
 
 
-def scores_by_rate(name: str, step=None, n: int = N, group: str = "and") -> dict:
+def scores_by_rate(name: str, step=None, n: int = N, group: str = "and", form: str = None) -> dict:
     """{learning rate: the test scores on `group` reviews of each label split}, every rate swept (not only the
     chosen one): what the choice on validation reviews selects among."""
-    rows = [r for r in result(name, step)["rows"] if r["n"] == n]
+    rows = [r for r in result(name, step, form=form)["rows"] if r["n"] == n]
     return {lr: [r["test"][group] for r in sorted(rows, key=lambda r: r["split"]) if r["lr"] == lr]
             for lr in sorted({r["lr"] for r in rows})}
 
@@ -283,13 +283,10 @@ def summary(name: str, step=None, form: str = None, n: int = N, group: str = "an
     """One entry on a line, each a mean over the label splits of the test score on `group` reviews: "zero-shot"
     (the backbone as it is), "fine-tuned" (at the learning rate its validation chose, "lr") and "at <rate>" for
     every rate swept (what fine-tuning at that rate does, chosen or not)."""
-    rows = [r for r in result(name, step, form=form)["rows"] if r["n"] == n]
-    chosen_ = finetune.chosen(rows, n)
     mean = lambda scores: sum(scores) / len(scores)
     return {"zero-shot": mean(zero_shot_scores(name, step, group, form)),
-            "fine-tuned": mean([r["test"][group] for r in chosen_]), "lr": chosen_[0]["lr"],
-            **{f"at {lr:g}": mean([r["test"][group] for r in rows if r["lr"] == lr])
-               for lr in sorted({r["lr"] for r in rows})}}
+            "fine-tuned": mean_test_score(name, step, n, group, form=form), "lr": chosen_rate(name, step, n, form=form),
+            **{f"at {lr:g}": mean(scores) for lr, scores in scores_by_rate(name, step, n, group, form).items()}}
 
 
 def same_result(a: dict, b: dict) -> bool:
