@@ -190,6 +190,10 @@ def test_speculative_decoding_with_another_draft_samples_what_the_target_would()
         assert torch.equal(new, greedy) and stats["accepted"] < stats["drafted"]
     with pytest.raises(ValueError, match="exceed the target's context"):
         inference.speculative_generate(target, draft, prompt, CONFIG.context, 2, torch.Generator())
+    end = greedy[0, 10].item()                      # stop at the first time the greedy line writes this token
+    stopped, _ = inference.speculative_generate(target, draft, prompt, 30, 3, torch.Generator().manual_seed(0), end=end)
+    first = greedy[0].tolist().index(end)
+    assert stopped.tolist() == [greedy[0, :first + 1].tolist()]
 
 
 class Toy(torch.nn.Module):
@@ -238,3 +242,18 @@ def test_sampled_lines_take_processors_after_the_temperature():
         lines = evals.generate(model, ["\n"] * 4, max_new=40, temperature=t, processors=[inference.top_k(1)],
                                generator=torch.Generator().manual_seed(seed))
         assert lines == greedy
+
+
+def test_cache_agreement_and_the_absorbed_switch():
+    """`inference_evals.cache_agreement` on a trained-shape model: the same greedy tokens, logits to float64
+    rounding; `latent.absorb` switches every latent layer and back, the logits unchanged."""
+    from lib.measure import inference_evals
+    from lib.nn import latent
+    model = measured(KINDS["RoPE MLA"], seed=0)
+    same, gap = inference_evals.cache_agreement(model, torch.tensor([[3, 1, 4], [2, 7, 1]]), 20)
+    assert same and gap < 1e-12
+    idx = torch.randint(0, CONFIG.vocab_size, (2, 30), generator=torch.Generator().manual_seed(0))
+    naive = model(idx)
+    assert all(m.absorbed for m in latent.absorb(model).modules() if isinstance(m, latent.LatentAttention))
+    assert (model(idx) - naive).abs().max() < 1e-12
+    assert not any(m.absorbed for m in latent.absorb(model, False).modules() if isinstance(m, latent.LatentAttention))

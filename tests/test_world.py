@@ -73,3 +73,41 @@ def test_the_fact_world_is_another_world_and_its_text_states_every_fact_once_per
     assert len(lines) == 900 and set(lines) == {f"{n} lives in {c}." for n, c in home.items()}
     assert lines[:300] != lines[300:600]                             # each pass in another order
     assert set(world.fact_text(home)) <= set(world.ALPHABET)         # the model's characters
+
+
+def test_next_characters_follow_every_line_of_the_corpus_and_nothing_else():
+    """Every character of every validation line (and its closing newline) is among next_characters of the text
+    before it; a newline only after a whole line; first_exit finds a wrong word, a missing period, a leading zero."""
+    for line in W.val[:300]:
+        text = line + "\n"
+        assert all(text[i] in world.next_characters(text[:i]) for i in range(len(text)))
+        assert world.first_exit(line) is None
+    assert world.next_characters("q: where does ") == {name[0] for name in W.names}
+    assert "\n" not in world.next_characters("review: the soup was tasty and the host was kind. rating: good")
+    assert world.first_exit("review: the soup was tasy and") == len("review: the soup was tas")
+    assert world.first_exit("28+55=83") == len("28+55=83")          # the newline came before the period
+    assert world.first_exit("28+55=083.") == len("28+55=0")
+    assert world.first_exit("5+3=8.") == 1                     # operands have two digits
+
+
+def test_slips_are_read_from_the_models_probabilities():
+    """stay_probabilities: a probability per character up to the first slip; a uniform model's is the share of the
+    alphabet that keeps the line well-formed; slip_summary counts 1 - stay."""
+    import torch
+    from lib.measure import inference_evals
+    from lib.nn.models import ModelConfig
+
+    class Uniform(torch.nn.Module):
+        config = ModelConfig()
+
+        def forward(self, idx):
+            return torch.zeros(*idx.shape, len(world.ALPHABET), dtype=torch.float64)
+
+    lines = ["28+55=83.", "28+55=0x3."]
+    stays = inference_evals.stay_probabilities(Uniform(), lines)
+    assert [len(s) for s in stays] == [10, 8]          # every character and the newline; up to the slip at "x"
+    expected = [len(world.next_characters(("28+55=83.\n")[:i])) / 44 for i in range(10)]
+    assert torch.allclose(stays[0], torch.tensor(expected, dtype=torch.float64))
+    summary = inference_evals.slip_summary(stays)
+    assert summary["characters"] == 18
+    assert abs(summary["slips per 1,000"] - 1000 * float((1 - torch.cat(stays)).mean())) < 1e-9

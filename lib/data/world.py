@@ -211,6 +211,74 @@ def check_line(line: str) -> tuple:
     return True, true
 
 
+NUMBER = "<number>"     # a slot of _templates(): a whole number written without leading zeros
+
+
+@lru_cache(maxsize=None)
+def _templates() -> tuple:
+    """The six line templates of `_PATTERNS` as parts: a literal string, a set of words, or NUMBER."""
+    people, cities, operands = frozenset(build_world().names), frozenset(CITIES), frozenset(
+        str(n) for n in range(NUMBER_RANGE[0], NUMBER_RANGE[1] + 1))
+    foods, food_adj = frozenset(FOODS), frozenset(FOOD_ADJECTIVES)
+    return (
+        (people, " lives in ", cities, "."),
+        ("q: where does ", people, " live? a: ", cities, "."),
+        (operands, "+", operands, "=", NUMBER, "."),
+        ("review: the ", foods, " was ", food_adj, " ", frozenset(("and", "but")), " the ",
+         frozenset(SERVICE_NOUNS), " was ", frozenset(SERVICE_ADJECTIVES), ". rating: ", frozenset(RATINGS), "."),
+        ("story: ", people, " took the bus from ", cities, " to ", cities, " to visit ", people, "."),
+        ("story: ", people, " made ", foods, " for ", people, ", and ", people, " said it was ", food_adj, "."),
+    )
+
+
+def _continuations(text: str, parts: tuple) -> set:
+    """The characters that can follow `text` inside a line of these parts ("" for: the parts are complete)."""
+    if not parts:
+        return {""} if text == "" else set()
+    part, rest = parts[0], parts[1:]
+    if part == NUMBER:
+        digits = re.match(r"[0-9]*", text).group()
+        if digits.startswith("0") and digits != "0":
+            return set()
+        if digits == text:                            # the text ends inside the number (or before it)
+            more = set() if digits == "0" else set("0123456789")     # nothing follows a leading zero
+            return more | (_continuations("", rest) if digits else set())
+        return _continuations(text[len(digits):], rest)
+    found = set()
+    for word in ([part] if isinstance(part, str) else part):
+        if text.startswith(word):
+            found |= _continuations(text[len(word):], rest)
+        elif word.startswith(text):
+            found.add(word[len(text)])
+    return found
+
+
+def next_characters(prefix: str) -> set:
+    """The characters that keep `prefix` (the start of a line) inside the world's templates and word classes;
+    a newline is among them when the prefix is itself a well-formed line (`classify`).
+
+    >>> sorted(next_characters("review: the soup was t"))
+    ['a', 'e']
+    >>> "\\n" in next_characters("28+55=83."), "\\n" in next_characters("28+55=83")
+    (True, False)
+    """
+    found = set().union(*(_continuations(prefix, t) for t in _templates()))
+    found.discard("")
+    if classify(prefix)[0] is not None:
+        found.add("\n")
+    return found
+
+
+def first_exit(line: str):
+    """The index of the first character of `line` (followed by its newline) that no well-formed line could have
+    there, or None when the line is well-formed: where a written line left the world's templates."""
+    text = line + "\n"
+    for i, char in enumerate(text):
+        if char not in next_characters(text[:i]):
+            return i
+    return None
+
+
 def kind_of(line: str) -> str:
     """The document kind of a corpus line (stories of both templates are 'story')."""
     kind, _ = classify(line)

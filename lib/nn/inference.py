@@ -238,13 +238,15 @@ def residual(p, q):
 
 
 @torch.no_grad()
-def speculative_generate(target, draft, prompt_ids, max_new_tokens: int, draft_length: int, generator) -> tuple:
+def speculative_generate(target, draft, prompt_ids, max_new_tokens: int, draft_length: int, generator,
+                         end: int = None) -> tuple:
     """(new ids (1, max_new_tokens), stats): sampling from `target` with a `draft` model's help (Leviathan et al.
     2023; Chen et al. 2023).  Each round the draft samples draft_length tokens from its q; the target scores them
     all in one pass; draft token i is kept with probability min(1, p/q), and at the first rejection a token is
     drawn from max(0, p - q) instead and the round ends; when every draft is kept, one more token comes from p.
-    The tokens so made are distributed exactly as the target's own samples.  stats: {"target_passes",
-    "drafted", "accepted"}."""
+    The tokens so made are distributed exactly as the target's own samples.  With `end` (a token id), it stops
+    after the first `end` it writes (which ends the ids returned).  stats: {"target_passes", "drafted",
+    "accepted"}."""
     if prompt_ids.shape[0] != 1 or draft_length < 1:
         raise ValueError("speculative decoding takes one prompt (1, P) and a draft length of at least 1")
     if prompt_ids.shape[1] + max_new_tokens > target.config.context:
@@ -275,5 +277,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens: int, draft_l
             break
         else:
             new.append(torch.multinomial(p[k], 1, generator=generator).item())
+        if end is not None and end in new:
+            idx = torch.cat([idx, torch.tensor([new[:new.index(end) + 1]])], dim=1)
+            break
         idx = torch.cat([idx, torch.tensor([new])], dim=1)
     return idx[:, P:P + max_new_tokens], stats

@@ -83,3 +83,11 @@ class LatentAttention(nn.Module):
             y, weights = attend(torch.cat([q_c, q_r], dim=-1), k, c @ w_uv.transpose(1, 2), mask, return_weights,
                                 scale=scale)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1)), weights
+
+
+def absorb(model, on: bool = True):
+    """Switch every LatentAttention layer of `model` to the absorbed path (on) or the naive one; returns model."""
+    for module in model.modules():
+        if isinstance(module, LatentAttention):
+            module.absorbed = on
+    return model
