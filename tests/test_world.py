@@ -88,6 +88,7 @@ def test_next_characters_follow_every_line_of_the_corpus_and_nothing_else():
     assert world.first_exit("28+55=83") == len("28+55=83")          # the newline came before the period
     assert world.first_exit("28+55=083.") == len("28+55=0")
     assert world.first_exit("5+3=8.") == 1                     # operands have two digits
+    assert all(world.template_of(line) == world.kind_of(line) for line in W.val)
 
 
 def test_slips_are_read_from_the_models_probabilities():

@@ -269,6 +269,15 @@ def next_characters(prefix: str) -> set:
     return found
 
 
+def template_of(text: str) -> str:
+    """The kind of line that a line's first characters choose ("review:", "q:", "story:", a digit, else a fact),
+    whether or not the rest is well-formed."""
+    for start, kind in (("review:", "review"), ("q:", "question"), ("story:", "story")):
+        if text.startswith(start):
+            return kind
+    return "addition" if text[:1].isdigit() else "fact"
+
+
 def first_exit(line: str):
     """The index of the first character of `line` (followed by its newline) that no well-formed line could have
     there, or None when the line is well-formed: where a written line left the world's templates."""

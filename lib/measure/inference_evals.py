@@ -54,6 +54,15 @@ def slip_summary(stays: list) -> dict:
             "no slip": float(torch.stack([s.prod() for s in stays]).mean())}
 
 
+def slips_by_kind(lines: list, stays: list) -> dict:
+    """{kind of line: expected slips per 1,000 characters}, the kind read off a line's first characters
+    (`world.template_of`, so a line that slipped still has one)."""
+    by_kind = {}
+    for line, stay in zip(lines, stays):
+        by_kind.setdefault(world.template_of(line), []).append(stay)
+    return {kind: float((1 - torch.cat(by_kind[kind])).mean()) * 1000 for kind in world.KINDS if kind in by_kind}
+
+
 @torch.no_grad()
 def cache_agreement(model, prompt_ids, new_tokens: int) -> tuple:
     """(the greedy tokens decoded with a KV cache equal those decoded by rerunning the model, the largest
@@ -148,9 +157,15 @@ def speculative_rows(target, draft, prompt_ids, new_tokens: int, draft_lengths, 
             new, stats = inference.speculative_generate(target, draft, prompt_ids, new_tokens, k,
                                                         torch.Generator().manual_seed(seed))
             total.update({**stats, "tokens": new.shape[1]})
-        rows.append({"draft length": k, "acceptance": total["accepted"] / total["drafted"],
+        rows.append({"draft length": k, "share of drafts kept": total["accepted"] / total["drafted"],
                      "tokens per target pass": total["tokens"] / total["target_passes"]})
     return rows
+
+
+def line_outcome(line: str) -> str:
+    """A written line's kind and truth ("review, true"), or "not well-formed": what `total_variation` compares."""
+    valid, true = world.check_line(line)
+    return (world.kind_of(line) if valid else "not well-formed") + (", true" if true else "")
 
 
 def total_variation(a: list, b: list) -> float:
