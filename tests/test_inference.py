@@ -213,8 +213,9 @@ def test_beam_search_finds_the_line_greedy_decoding_misses():
     assert inference.generate(Toy(), prompt, 1).tolist() == [[0]]
     best, second = inference.beam_search(Toy(), prompt, 4, width=2, end=3)
     assert best[0] == [1, 3] and abs(best[1] - math.log(0.36)) < 1e-9
-    # [0, 3] (0.18) fell out at step 2 behind [0, 0] (0.21): the second finished beam is a longer one
-    assert second[0] == [0, 0, 1, 3] and abs(second[1] - math.log(0.6 * 0.35 * 0.35 * 0.9)) < 1e-9
+    # step 2 keeps two live beams beside the finished [1, end]: [0, 0] and [0, 1] (0.21 each; [0, end], 0.18, ranks
+    # fourth); step 3 finishes [0, 1, end] (0.189), likelier than anything still live: the search stops
+    assert second[0] == [0, 1, 3] and abs(second[1] - math.log(0.6 * 0.35 * 0.9)) < 1e-9
     for penalty in (0.0, 0.7, 1.0):
         ranked = inference.beam_search(Toy(), prompt, 4, width=3, end=3, length_penalty=penalty)
         assert all(abs(score - logp / len(seq) ** penalty) < 1e-12 for seq, logp, score in ranked)
@@ -257,3 +258,10 @@ def test_cache_agreement_and_the_absorbed_switch():
     assert all(m.absorbed for m in latent.absorb(model).modules() if isinstance(m, latent.LatentAttention))
     assert (model(idx) - naive).abs().max() < 1e-12
     assert not any(m.absorbed for m in latent.absorb(model, False).modules() if isinstance(m, latent.LatentAttention))
+
+
+def test_simulated_speculation_at_the_extremes():
+    """Every draft kept: draft length 4 makes 5 tokens a pass (90 = 18 x 5); none kept: one token a pass."""
+    from lib.measure import inference_evals
+    assert inference_evals.simulated_tokens_per_pass(1.0, 4, 90, 3, replicates=2) == (5.0, 0.0)
+    assert inference_evals.simulated_tokens_per_pass(0.0, 4, 90, 3, replicates=2) == (1.0, 0.0)

@@ -88,6 +88,9 @@ def test_next_characters_follow_every_line_of_the_corpus_and_nothing_else():
     assert world.first_exit("28+55=83") == len("28+55=83")          # the newline came before the period
     assert world.first_exit("28+55=083.") == len("28+55=0")
     assert world.first_exit("5+3=8.") == 1                     # operands have two digits
+    cook = W.names[0]                                              # a story's rule across slots: not a slip
+    meal = f"story: {cook} made soup for {cook}, and {cook} said it was tasty."
+    assert world.first_exit(meal) is None and world.check_line(meal) == (False, False)
     assert all(world.template_of(line) == world.kind_of(line) for line in W.val)
 
 

@@ -255,7 +255,9 @@ def _continuations(text: str, parts: tuple) -> set:
 
 def next_characters(prefix: str) -> set:
     """The characters that keep `prefix` (the start of a line) inside the world's templates and word classes;
-    a newline is among them when the prefix is itself a well-formed line (`classify`).
+    a newline is among them when the prefix completes a template.  The stories' rules across slots (the two
+    people differ; the guest is the one who speaks) are left to `check_line`: a line that breaks one of them
+    stays inside the templates here, at every character, whether it was read or written.
 
     >>> sorted(next_characters("review: the soup was t"))
     ['a', 'e']
@@ -263,9 +265,8 @@ def next_characters(prefix: str) -> set:
     (True, False)
     """
     found = set().union(*(_continuations(prefix, t) for t in _templates()))
-    found.discard("")
-    if classify(prefix)[0] is not None:
-        found.add("\n")
+    if "" in found:                                    # the prefix is a whole line of some template
+        found = (found - {""}) | {"\n"}
     return found
 
 
@@ -279,8 +280,9 @@ def template_of(text: str) -> str:
 
 
 def first_exit(line: str):
-    """The index of the first character of `line` (followed by its newline) that no well-formed line could have
-    there, or None when the line is well-formed: where a written line left the world's templates."""
+    """The index of the first character of `line` (followed by its newline) that no line of the world's templates
+    could have there (`next_characters`), or None when the line fits a template: where a written line left them.
+    A line that fits may still break a story's rule across slots (`check_line` decides well-formedness)."""
     text = line + "\n"
     for i, char in enumerate(text):
         if char not in next_characters(text[:i]):

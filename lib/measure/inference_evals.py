@@ -14,6 +14,7 @@ the templates at each position it reaches with a well-formed prefix, so the two 
 without sampling noise at each position.
 """
 
+import random
 import time
 from collections import Counter
 
@@ -148,8 +149,9 @@ def overlap(target, draft, lines: list) -> float:
 
 
 def speculative_rows(target, draft, prompt_ids, new_tokens: int, draft_lengths, samples: int) -> list:
-    """For each draft length: the share of drafted tokens the target kept and the tokens made per target pass,
-    over `samples` sampled continuations (generator seeds 0 .. samples - 1)."""
+    """For each draft length: the share of drafted tokens the target kept (drafts after a round's first rejection
+    are never checked: they count as not kept) and the tokens made per target pass, over `samples` sampled
+    continuations (generator seeds 0 .. samples - 1)."""
     rows = []
     for k in draft_lengths:
         total = Counter()
@@ -166,6 +168,26 @@ def line_outcome(line: str) -> str:
     """A written line's kind and truth ("review, true"), or "not well-formed": what `total_variation` compares."""
     valid, true = world.check_line(line)
     return (world.kind_of(line) if valid else "not well-formed") + (", true" if true else "")
+
+
+def simulated_tokens_per_pass(alpha: float, draft_length: int, new_tokens: int, samples: int,
+                              replicates: int = 200, seed: int = 0) -> tuple:
+    """(mean, standard deviation) over `replicates` sets of `samples` sequences of the tokens per target pass, if
+    every draft token were kept with probability alpha independently, each sequence stopping at new_tokens as
+    `speculative_generate` does (its last round drafts only what is left)."""
+    rng, ratios = random.Random(seed), []
+    for _ in range(replicates):
+        passes = 0
+        for _ in range(samples):
+            made = 0
+            while made < new_tokens:
+                k, kept = min(draft_length, new_tokens - made), 0
+                while kept < k and rng.random() < alpha:
+                    kept += 1
+                made, passes = made + kept + 1, passes + 1       # the kept drafts and one token from the target
+        ratios.append(samples * new_tokens / passes)
+    mean = sum(ratios) / replicates
+    return mean, (sum((r - mean) ** 2 for r in ratios) / (replicates - 1)) ** 0.5
 
 
 def total_variation(a: list, b: list) -> float:

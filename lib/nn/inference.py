@@ -181,8 +181,10 @@ def min_p(p_min: float):
 
 
 def repetition_penalty(penalty: float):
-    """CTRL's penalty (Keskar et al. 2019): the logit of every token already in the sequence divided by
-    `penalty` when positive, multiplied by it when negative (either way less likely, for penalty > 1)."""
+    """The repetition penalty of CTRL (Keskar et al. 2019) in its sign-aware form (Hugging Face's): the logit of
+    every token already in the sequence divided by `penalty` when positive, multiplied by it when negative (either
+    way less likely, for penalty > 1; CTRL's formula divides every such logit, which would make a negative one
+    more likely)."""
     if penalty <= 0:
         raise ValueError(f"penalty must be positive, got {penalty}")
 
@@ -197,10 +199,13 @@ def repetition_penalty(penalty: float):
 @torch.no_grad()
 def beam_search(model, prompt_ids, max_new_tokens: int, width: int, end: int, length_penalty: float = 1.0) -> list:
     """The `width` best continuations of one prompt (1, P), each [new ids, log-probability, score], best first.
-    Each step every unfinished beam is extended by every token and the `width` best partial sequences by
-    log-probability are kept; a beam that writes `end` is finished, and the search stops once `width` beams have
-    finished (or after max_new_tokens).  Beams are ranked by log-probability / length ** length_penalty (0: the raw
-    log-probability, which favours short ones).  Each step reruns the model on every beam (no cache: beams fork)."""
+    Each step every live beam is extended by every token; going down the extensions by log-probability, one that
+    writes `end` is a finished line (when it ranks among the `width` best extensions), the others become the
+    next live beams until there are `width` of them.  The search stops after max_new_tokens, or once `width` lines
+    have finished and (length_penalty 0) no live beam is likelier than the width-th of them: a beam's
+    log-probability only falls as it grows.  Lines are ranked by log-probability / length ** length_penalty (0:
+    the raw log-probability, which favours short ones); unfinished beams follow the finished lines, only to fill
+    `width`.  Each step reruns the model on every beam (no cache: beams fork)."""
     if prompt_ids.shape[0] != 1 or width < 1:
         raise ValueError("beam search takes one prompt (1, P) and a width of at least 1")
     beams, finished = [([], 0.0)], []
@@ -210,17 +215,21 @@ def beam_search(model, prompt_ids, max_new_tokens: int, width: int, end: int, le
         ids = torch.cat([prompt_ids.expand(len(beams), -1), torch.tensor([b for b, _ in beams], dtype=torch.long)
                          .view(len(beams), -1)], dim=1)
         logp = next_logits(model, ids).log_softmax(-1)                        # (beams, V)
-        total = torch.tensor([s for _, s in beams], dtype=logp.dtype)[:, None] + logp
-        flat = _descending(total.flatten())[:width]
-        V = logp.shape[-1]
-        candidates = [(beams[i // V][0] + [i % V], total.flatten()[i].item()) for i in flat.tolist()]
-        beams = []
-        for seq, score in candidates:
-            (finished if seq[-1] == end else beams).append((seq, score))
-        if len(finished) >= width:
+        total = (torch.tensor([s for _, s in beams], dtype=logp.dtype)[:, None] + logp).flatten()
+        V, extended, beams = logp.shape[-1], beams, []
+        for rank, i in enumerate(_descending(total).tolist()):
+            seq, score = extended[i // V][0] + [i % V], total[i].item()
+            if seq[-1] != end:
+                beams.append((seq, score))
+            elif rank < width:
+                finished.append((seq, score))
+            if len(beams) == width:
+                break
+        best_finished = sorted(score for _, score in finished)[-width:]
+        if len(best_finished) == width and (length_penalty != 0 or not beams or beams[0][1] <= best_finished[0]):
             break
-    ranked = [[seq, score, score / len(seq) ** length_penalty] for seq, score in finished + beams]
-    return sorted(ranked, key=lambda r: -r[2])[:width]
+    rank = lambda lines: sorted(([seq, s, s / len(seq) ** length_penalty] for seq, s in lines), key=lambda r: -r[2])
+    return (rank(finished) + rank(beams))[:width]
 
 
 # -- speculative decoding -----------------------------------------------------------------------------------------
