@@ -265,3 +265,12 @@ def test_simulated_speculation_at_the_extremes():
     from lib.measure import inference_evals
     assert inference_evals.simulated_tokens_per_pass(1.0, 4, 90, 3, replicates=2) == (5.0, 0.0)
     assert inference_evals.simulated_tokens_per_pass(0.0, 4, 90, 3, replicates=2) == (1.0, 0.0)
+
+
+def test_repetition_penalty_spares_exempt_tokens_and_simulation_reads_per_position_overlaps():
+    logits, ids = torch.tensor([[2.0, -1.0, 3.0, 0.5]]), torch.tensor([[0, 1, 2]])
+    assert torch.equal(inference.repetition_penalty(2.0)(logits, ids), torch.tensor([[1.0, -2.0, 1.5, 0.5]]))
+    assert torch.equal(inference.repetition_penalty(2.0, exempt=[2])(logits, ids), torch.tensor([[1.0, -2.0, 3.0, 0.5]]))
+    from lib.measure import inference_evals
+    always = [[1.0] * 90]                  # a sequence along which every draft is kept: as alpha = 1
+    assert inference_evals.simulated_tokens_per_pass(always, 4, 90, 3, replicates=2) == (5.0, 0.0)

@@ -55,13 +55,37 @@ def slip_summary(stays: list) -> dict:
             "no slip": float(torch.stack([s.prod() for s in stays]).mean())}
 
 
-def slips_by_kind(lines: list, stays: list) -> dict:
-    """{kind of line: expected slips per 1,000 characters}, the kind read off a line's first characters
-    (`world.template_of`, so a line that slipped still has one)."""
-    by_kind = {}
+def slips_by_kind(lines: list, stays: list, resamples: int = 200) -> list:
+    """Rows {kind, lines, slips per 1,000, s.e.}: the expected slips per 1,000 characters of each kind of line (read
+    off its first characters, `world.template_of`, so a line that slipped still has one), and a bootstrap standard
+    error over its lines (`resamples` draws, seed 0)."""
+    by_kind, rows = {}, []
     for line, stay in zip(lines, stays):
         by_kind.setdefault(world.template_of(line), []).append(stay)
-    return {kind: float((1 - torch.cat(by_kind[kind])).mean()) * 1000 for kind in world.KINDS if kind in by_kind}
+    generator = torch.Generator().manual_seed(0)
+    for kind in [k for k in world.KINDS if k in by_kind]:
+        slips = torch.tensor([float((1 - s).sum()) for s in by_kind[kind]], dtype=torch.float64)
+        counts = torch.tensor([len(s) for s in by_kind[kind]], dtype=torch.float64)
+        draws = torch.randint(0, len(slips), (resamples, len(slips)), generator=generator)
+        rates = slips[draws].sum(1) / counts[draws].sum(1) * 1000
+        rows.append({"kind": kind, "lines": len(slips), "slips per 1,000": float(slips.sum() / counts.sum()) * 1000,
+                     "s.e.": float(rates.std())})
+    return rows
+
+
+def slips_after(model, lines: list, edit) -> dict:
+    """Expected slips per 1,000 characters after an edit point, with the true prefix and with an edited one:
+    edit(line) -> (edited line, index where the characters compared start).  The same characters are read after
+    both prefixes, so only what comes before them differs."""
+    pairs = [(line, *edit(line)) for line in lines]
+    true_stays = stay_probabilities(model, [line for line, _, _ in pairs])
+    edited_stays = stay_probabilities(model, [edited for _, edited, _ in pairs])
+    out = {}
+    for name, stays in (("true prefix", true_stays), ("edited prefix", edited_stays)):
+        after = torch.cat([s[start:] for s, (_, _, start) in zip(stays, pairs)])
+        out[name] = float((1 - after).mean()) * 1000
+    out["characters"] = sum(len(line) + 1 - start for line, _, start in pairs)
+    return out
 
 
 @torch.no_grad()
@@ -149,9 +173,9 @@ def overlap(target, draft, lines: list) -> float:
 
 
 def speculative_rows(target, draft, prompt_ids, new_tokens: int, draft_lengths, samples: int) -> list:
-    """For each draft length: the share of drafted tokens the target kept (drafts after a round's first rejection
-    are never checked: they count as not kept) and the tokens made per target pass, over `samples` sampled
-    continuations (generator seeds 0 .. samples - 1)."""
+    """For each draft length: "kept", the share of drafted tokens the target kept (drafts after a round's first
+    rejection are never checked: they count as not kept), and "per pass", the tokens made per target pass, over
+    `samples` sampled continuations (generator seeds 0 .. samples - 1)."""
     rows = []
     for k in draft_lengths:
         total = Counter()
@@ -159,8 +183,8 @@ def speculative_rows(target, draft, prompt_ids, new_tokens: int, draft_lengths, 
             new, stats = inference.speculative_generate(target, draft, prompt_ids, new_tokens, k,
                                                         torch.Generator().manual_seed(seed))
             total.update({**stats, "tokens": new.shape[1]})
-        rows.append({"draft length": k, "share of drafts kept": total["accepted"] / total["drafted"],
-                     "tokens per target pass": total["tokens"] / total["target_passes"]})
+        rows.append({"draft length": k, "kept": total["accepted"] / total["drafted"],
+                     "per pass": total["tokens"] / total["target_passes"]})
     return rows
 
 
@@ -170,19 +194,32 @@ def line_outcome(line: str) -> str:
     return (world.kind_of(line) if valid else "not well-formed") + (", true" if true else "")
 
 
-def simulated_tokens_per_pass(alpha: float, draft_length: int, new_tokens: int, samples: int,
+def position_overlaps(target, draft, sequences) -> list:
+    """For each sequence (1-D ids, its first token the prompt): sum_x min(p(x), q(x)) at each position after the
+    first, read along that sequence, p the target's and q the draft's next-token distribution."""
+    ids = torch.stack(list(sequences))
+    with torch.no_grad():
+        p, q = target(ids[:, :-1]).softmax(-1), draft(ids[:, :-1]).softmax(-1)
+    return torch.minimum(p, q).sum(-1).tolist()
+
+
+def simulated_tokens_per_pass(alpha, draft_length: int, new_tokens: int, samples: int,
                               replicates: int = 200, seed: int = 0) -> tuple:
     """(mean, standard deviation) over `replicates` sets of `samples` sequences of the tokens per target pass, if
-    every draft token were kept with probability alpha independently, each sequence stopping at new_tokens as
-    `speculative_generate` does (its last round drafts only what is left)."""
-    rng, ratios = random.Random(seed), []
+    every draft token were kept independently with probability alpha (a number), or with the overlap at its
+    position along a sequence the target wrote (alpha: `position_overlaps`, one list per sequence, each sample
+    taking the next list in turn), each sequence stopping at new_tokens as `speculative_generate` does (its last
+    round drafts only what is left)."""
+    rng, ratios, turn = random.Random(seed), [], 0
     for _ in range(replicates):
         passes = 0
         for _ in range(samples):
             made = 0
+            at = (lambda i: alpha) if isinstance(alpha, (int, float)) else alpha[turn % len(alpha)].__getitem__
+            turn += 1
             while made < new_tokens:
                 k, kept = min(draft_length, new_tokens - made), 0
-                while kept < k and rng.random() < alpha:
+                while kept < k and rng.random() < at(made + kept):
                     kept += 1
                 made, passes = made + kept + 1, passes + 1       # the kept drafts and one token from the target
         ratios.append(samples * new_tokens / passes)

@@ -180,16 +180,18 @@ def min_p(p_min: float):
     return lambda logits, ids: logits.masked_fill(~min_p_mask(logits.softmax(-1), p_min), NEG_INF)
 
 
-def repetition_penalty(penalty: float):
+def repetition_penalty(penalty: float, exempt=()):
     """The repetition penalty of CTRL (Keskar et al. 2019) in its sign-aware form (Hugging Face's): the logit of
     every token already in the sequence divided by `penalty` when positive, multiplied by it when negative (either
     way less likely, for penalty > 1; CTRL's formula divides every such logit, which would make a negative one
-    more likely)."""
+    more likely).  Tokens in `exempt` (ids) are never penalised."""
     if penalty <= 0:
         raise ValueError(f"penalty must be positive, got {penalty}")
+    exempt = torch.tensor(sorted(exempt), dtype=torch.long)
 
     def process(logits, ids):
         seen = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, ids, True)
+        seen[..., exempt] = False
         return torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
     return process
 
