@@ -117,3 +117,16 @@ def test_a_section_06_kind_asks_the_slot_in_its_form_and_mode():
     for bad in ("ul2 spans", "ul2 span [Q]", "ul2 span R"):
         with pytest.raises(ValueError, match="unknown kind"):
             protocols.slot_logits(model, bad, ids, slots)
+
+
+def test_first_token_shares_are_what_generate_lines_draws_first():
+    """An untrained UL2 decoder: the share of 2,000 sampled lines whose first token is a sentinel or a newline (the
+    line then ends empty) is the probability first_token_shares reads, within four standard errors."""
+    torch.manual_seed(0)
+    model = ul2_trainer.build_model(ul2_runs.run_config("ul2_decoder")).eval()
+    shares = ul2_evals.first_token_shares(model, "R")
+    p = shares["sentinel"] + shares["newline"]
+    written = ul2_evals.write(model, [ul2.with_mode([NEWLINE_WORD], "R")] * 2000, [[BOS]] * 2000,
+                              [NEWLINE_WORD] + SENTINELS, 1, torch.Generator().manual_seed(0))
+    empty = sum(not w for w in written) / 2000
+    assert 0 < p < 1 and abs(empty - p) < 4 * math.sqrt(p * (1 - p) / 2000)

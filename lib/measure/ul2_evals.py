@@ -117,6 +117,14 @@ def write(model, sources: list, starts: list, stop: list, max_new: int, generato
     return [row[:next((j for j, t in enumerate(row) if t in stop), len(row))] for row in written]
 
 
+@torch.no_grad()
+def first_token_shares(model, mode=None) -> dict:
+    """Continuing a newline in the prefix form (how `generate_lines` starts it): the probability that the first
+    token written is a sentinel, and that it is a newline.  Either ends the line there, empty."""
+    probs = next_logits(model, [with_mode([NEWLINE_WORD], mode)], [[BOS]]).softmax(-1)[0]
+    return {"sentinel": float(probs[SENTINELS].sum()), "newline": float(probs[NEWLINE_WORD])}
+
+
 def generate_lines(model, form: str, mode=None, n: int = 100, seed: int = 0, max_new: int = MAX_NEW) -> list:
     """n lines sampled from nothing: the prefix form continues a newline, the span form fills a whole
     missing line (`\\n <0> \\n`)."""
