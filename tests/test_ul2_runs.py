@@ -130,3 +130,18 @@ def test_first_token_shares_are_what_generate_lines_draws_first():
                               [NEWLINE_WORD] + SENTINELS, 1, torch.Generator().manual_seed(0))
     empty = sum(not w for w in written) / 2000
     assert 0 < p < 1 and abs(empty - p) < 4 * math.sqrt(p * (1 - p) / 2000)
+
+
+def test_the_margin_auc_reads_the_rating_slot_of_each_review():
+    """A model whose margin at the rating slot is exactly the review's polarity (good +1, bad -1) scores 1, the
+    reverse 0; the margin is read where rating_answers reads its argmax."""
+    torch.manual_seed(0)
+    model = ul2_trainer.build_model(ul2_runs.run_config("ul2_decoder")).eval().double()
+    reviews = [world.make_review("soup", a, "host", s) for a, s in (("tasty", "kind"), ("bland", "rude"),
+                                                                   ("fresh", "quick"), ("stale", "slow"))]
+    logits = ul2_evals.next_logits(model, *zip(*[ul2.ask_slot(protocols.line_ids(r), protocols.review_slots(
+        protocols.line_ids(r))["rating"], "prefix", "S") for r in reviews]))
+    margins = (logits[:, protocols.RATING_IDS[0]] - logits[:, protocols.RATING_IDS[2]]).tolist()
+    expected = protocols.good_above_bad([round(m, 9) for m in margins], reviews)
+    assert ul2_evals.rating_margin_auc(model, reviews, "prefix", "S") == expected
+    assert protocols.good_above_bad([1, -1, 1, -1], reviews) == 1.0 and protocols.good_above_bad([-1, 1, -1, 1], reviews) == 0.0
