@@ -2,7 +2,7 @@
 FLOPs, the exact likeliest line, and speculative decoding's statistics.
 
     stay = stay_probabilities(model, lines)                   # per line: P(next char keeps it well-formed)
-    ms = step_milliseconds(model32, length=64, cached=True)   # one decode step after 64 positions, this machine
+    ms = decode_step_milliseconds(model32, 64, cached=True)   # one decode step after 64 positions, this machine
     flops = decode_step_flops(model, length=64)               # the FLOPs of that step, counted
     scores = continuation_log_probs(model, "\\nreview:", candidates)   # log P(candidate + newline | prompt)
     rows = speculative_rows(target, draft, prompt, 90, (1, 2, 4), samples=20)
@@ -38,11 +38,12 @@ def stay_probabilities(model, lines: list) -> list:
         ids, _ = line_batch(chunk)
         probs = model(ids[:, :-1]).softmax(-1)                                    # (N, L - 1, V)
         for row, line in zip(probs, chunk):
-            text = line + "\n"
-            end = world.first_exit(line)
-            end = len(text) - 1 if end is None else end
-            stay = [float(row[i, CHARS.encode("".join(sorted(world.next_characters(text[:i]))))].sum())
-                    for i in range(end + 1)]
+            text, stay = line + "\n", []
+            for i, char in enumerate(text):
+                allowed = world.next_characters(text[:i])
+                stay.append(float(row[i, CHARS.encode("".join(sorted(allowed)))].sum()))
+                if char not in allowed:                # the first slip (world.first_exit): the prefix leaves here
+                    break
             out.append(torch.tensor(stay, dtype=torch.float64))
     return out
 
@@ -118,7 +119,7 @@ def machine_rates(size: int = 1024, copy_numbers: int = 1 << 25, repeats: int = 
     return {"GFLOP/s": 2 * size ** 3 / best_product / 1e9, "GB/s": 2 * 4 * copy_numbers / best_copy / 1e9}
 
 
-def step_milliseconds(model, length: int, cached: bool, batch: int = 1, repeats: int = 30) -> float:
+def decode_step_milliseconds(model, length: int, cached: bool, batch: int = 1, repeats: int = 30) -> float:
     """Milliseconds of the decode step that writes token `length + 1` of `batch` rows: with a KV cache holding the
     first `length` positions (only the new one computed), or rerunning the model on all length + 1 (no cache).
     The median of `repeats` on this machine; pass a float32 copy to time what a float32 model costs."""

@@ -219,7 +219,11 @@ def rating_margins(model, kind: str, reviews: list) -> list:
     to 1e-9 are ties."""
     model = precision.for_measurement(model)
     ids = [line_ids(r) for r in reviews]
-    logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])
+    return margins_of(slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids]))
+
+
+def margins_of(logits) -> list:
+    """logit(good) - logit(bad) of each row of rating-slot logits (N, V), rounded to 1e-9 (`rating_margins`)."""
     return [round(m, 9) for m in (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()]
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from lib.data import world
 from lib.measure.capabilities import ADJECTIVE_IDS, scored_candidates
 from lib.measure.evals import line_quality
-from lib.measure.protocols import RATING_IDS, good_above_bad, line_ids, review_slots, true_rating
+from lib.measure.protocols import RATING_IDS, good_above_bad, line_ids, margins_of, review_slots, true_rating
 from lib.objectives.batches import masked_cross_entropy
 from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
 from lib.objectives.ul2 import (FORMS, ask_slot, decoder_logits, question_logits, questions, with_mode,
@@ -95,8 +95,7 @@ def rating_margin_auc(model, reviews: list, form: str, mode=None) -> float:
     every review one word still orders the good reviews above the bad ones (1), not at all (0.5) or in reverse."""
     ids = [line_ids(r) for r in reviews]
     logits = next_logits(model, *zip(*[ask_slot(s, review_slots(s)["rating"], form, mode) for s in ids]))
-    margins = [round(m, 9) for m in (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()]
-    return good_above_bad(margins, reviews)
+    return good_above_bad(margins_of(logits), reviews)
 
 
 def adjective_polarity(model, reviews: list, form: str, mode=None) -> float:
