@@ -108,8 +108,10 @@ def test_no_module_imports_another_modules_private_names(tmp_path):
 def test_fit_is_the_only_training_loop(tmp_path):
     # measure.flops backpropagates to count a step's FLOPs; it updates nothing.  measure.finetune's short
     # full-batch loop updates a copy through train.loop's optimizer_step (the book's optimiser and schedule);
-    # measure.moe_evals times training steps of untrained networks through the same optimizer_step (§07's clock).
-    assert training_steps(LIB) == [("measure.finetune", "finetune"), ("measure.flops", "step_flops"),
+    # measure.moe_evals times training steps of untrained networks through the same optimizer_step (§07's clock);
+    # measure.finetuning_evals backpropagates one SFT loss to show where its gradient lands (§11); it updates nothing.
+    assert training_steps(LIB) == [("measure.finetune", "finetune"), ("measure.finetuning_evals", "position_gradients"),
+                                   ("measure.flops", "step_flops"),
                                    ("measure.moe_evals", "step_milliseconds"),
                                    ("train.loop", "fit"), ("train.loop", "optimizer_step")]
     shutil.copytree(LIB, tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
@@ -126,7 +128,7 @@ def test_every_trainer_declares_a_version():
     from lib import recipes
     assert all(isinstance(r.train_fn.trainer_version, int) for r in recipes.all_runs())
     names = {r.train_fn.trainer_name for r in recipes.all_runs()}
-    assert names == {"char_lm", "comparison", "electra", "ul2", "dual_encoder", "reader"}
+    assert names == {"char_lm", "comparison", "electra", "ul2", "dual_encoder", "reader", "sft", "preference"}
 
 
 def cycles(lib_dir: Path) -> list:

@@ -279,10 +279,11 @@ class MaskedTransformer(nn.Module):
         """Logits (..., V) of hidden states h (..., d): the tied token embedding, or lm_head when untied."""
         return h @ self.wte.weight.T if self.config.tie_output else self.lm_head(h)
 
-    def _stream(self, idx, mask, return_attention, start: int = 0):
+    def _stream(self, idx, mask, return_attention, start: int = 0, positions=None):
         """(the residual stream after the final LayerNorm (B, T, d), attention weights or Nones per layer).
         `mask` is one mask for every layer, or a list of one per layer (an ablation in section 02); the tokens
-        sit at positions start, start + 1, ... (section 09 shifts them)."""
+        sit at positions start, start + 1, ... (section 09 shifts them), or at each row's own `positions` (B, T)
+        (section 11's packed rows restart them at every example)."""
         check_ids(idx, self.config)
         B, T = idx.shape
         if not 0 <= start <= self.config.context - T:
@@ -291,20 +292,24 @@ class MaskedTransformer(nn.Module):
         if len(masks) != len(self.blocks):
             raise ValueError(f"one mask per layer: {len(self.blocks)} layers, got {len(masks)} masks")
         masks = [check_mask(m, B, T, T) for m in masks]
-        x = self.embed(idx, start)                              # (B, T, d): the residual stream
-        rope = {"positions": torch.arange(start, start + T)} if self.config.position == "rope" else {}
+        if positions is not None and (positions.shape != idx.shape or positions.min() < 0
+                                      or positions.max() >= self.config.context):
+            raise ValueError(f"positions must be (B, T) = {tuple(idx.shape)} ids in 0..{self.config.context - 1}")
+        x = self.embed(idx, start, positions)                   # (B, T, d): the residual stream
+        own = torch.arange(start, start + T) if positions is None else positions
+        rope = {"positions": own} if self.config.position == "rope" else {}
         attention = []
         for block, mask in zip(self.blocks, masks):
             x, weights = block(x, mask, return_attention, **rope)
             attention.append(weights)
         return self.ln_f(x), attention
 
-    def hidden_states(self, idx, mask, start: int = 0):
+    def hidden_states(self, idx, mask, start: int = 0, positions=None):
         """The residual stream after the final LayerNorm, (B, T, d)."""
-        return self._stream(idx, mask, False, start)[0]
+        return self._stream(idx, mask, False, start, positions)[0]
 
-    def forward(self, idx, mask, start: int = 0):
-        return self.output(self.hidden_states(idx, mask, start))    # (B, T, V)
+    def forward(self, idx, mask, start: int = 0, positions=None):
+        return self.output(self.hidden_states(idx, mask, start, positions))    # (B, T, V)
 
     def forward_with_attention(self, idx, mask):
         """(logits (B, T, V), per-layer attention weights), attention computed explicitly."""

@@ -2,6 +2,7 @@
 
     fig, axes = plt.subplots(1, 2)
     block_diagram(axes[0], "before", [("LayerNorm", False), ("attention", True), ...], below=[...], above=[...])
+    models_diagram(ax, "DPO", [("policy", "trains", True), ("reference", "frozen", False)])   # section 11
 """
 
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
@@ -41,3 +42,18 @@ def block_diagram(ax, title: str, sublayers: list, below: list, above: list):
         _arrow(ax, (0.9, end), (0.82, end))
         ax.text(0.93, end, "+", fontsize=11, va="center")
     ax.text(0.5, -0.02, "×L blocks: the two middle pairs repeat", ha="center", fontsize=7.5, color="#666666")
+
+
+def models_diagram(ax, title: str, models: list):
+    """Draw the models a training method keeps in memory, side by side: [(name, what it does, trains)]; the ones
+    that train are shaded."""
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.axis("off")
+    ax.set_title(title, fontsize=10)
+    width = 0.9 / len(models)
+    for i, (name, role, trains) in enumerate(models):
+        x = 0.05 + width * (i + 0.5)
+        _box(ax, 0.55, name, trains, x=x, width=width * 0.85, height=0.3)
+        ax.text(x, 0.18, role, ha="center", va="center", fontsize=7.5, color="#444444")
+    ax.text(0.99, 0.95, "shaded: trains", ha="right", va="top", fontsize=7, color="#666666")

@@ -87,9 +87,10 @@ def key_biases(model) -> dict:
     found = {}
     for name, module in model.named_modules():
         prefix = f"{name}." if name else ""
-        if isinstance(module, SelfAttention) and module.qkv.bias is not None:
-            d = module.qkv.bias.numel() // 3                 # (q | k | v) biases side by side
-            found[f"{prefix}qkv.bias"] = slice(d, 2 * d)
+        qkv = getattr(getattr(module, "qkv", None), "base", getattr(module, "qkv", None))   # LoRA wraps it
+        if isinstance(module, SelfAttention) and qkv.bias is not None:
+            d = qkv.bias.numel() // 3                        # (q | k | v) biases side by side
+            found[f"{prefix}qkv.{'base.' * (qkv is not module.qkv)}bias"] = slice(d, 2 * d)
         elif isinstance(module, CrossAttention) and module.kv.bias is not None:
             d = module.kv.bias.numel() // 2                  # (k | v)
             found[f"{prefix}kv.bias"] = slice(0, d)
