@@ -157,3 +157,21 @@ def test_chat_splits_are_disjoint_and_every_answer_is_true():
     assert not set(chat.new_people(16)) & set(world.build_world().names)
     noisy = chat.with_wrong_ratings(chat.examples("review", "train", 100), 0.4)
     assert sum(not world.check_line(a.split("\n")[0])[1] for _, a in noisy) == 40
+
+
+def test_prompt_only_labels_are_the_prompt_half_of_every_label():
+    from lib.objectives.sft import prompt_only
+    _, answer = sft_batch(PAIRS)
+    _, every = sft_batch(PAIRS, prompt_loss=True)
+    prompt = prompt_only(answer, every)
+    assert not ((prompt != IGNORE) & (answer != IGNORE)).any()                 # disjoint
+    assert torch.equal(torch.where(answer != IGNORE, answer, prompt), every)  # together: every label
+
+
+def test_review_outcomes_tell_a_wrong_rating_from_a_broken_rating_word_and_from_earlier_damage():
+    from lib.measure.finetuning_evals import review_outcomes
+    good = world.make_review("soup", "tasty", "host", "kind")
+    lines = [good, good.replace("rating: good.", "rating: ok."), good.replace("rating: good.", "rating: gok."),
+             good.replace("the host", "the hoxt")]
+    assert review_outcomes(lines) == {"true": 0.25, "wrong rating": 0.25, "bad rating word": 0.25,
+                                      "malformed before": 0.25}

@@ -17,7 +17,7 @@ from lib.measure import evals
 from lib.measure.evals import CHARS
 from lib.nn import inference
 from lib.objectives.preference import answer_log_probs, margins, pair_batch, split_pair_scores
-from lib.objectives.sft import masked_sft_loss, sft_batch
+from lib.objectives.sft import IGNORE, masked_sft_loss, sft_batch
 
 
 @torch.no_grad()
@@ -116,3 +116,56 @@ def position_gradients(model, inputs, labels) -> dict:
         handle.remove()
         model.zero_grad(set_to_none=True)
     return {"logits": logits.grad[0].norm(dim=-1), "inputs": seen["embedded"].grad[0].norm(dim=-1)}
+
+
+def visit_parts(said: list, pairs: list) -> dict:
+    """Which parts of `visit` replies (greedy first lines `said` to the (prompt, answer) `pairs`) are right, as
+    shares: a bus story at all; its visitor is the prompt's first name; its host the prompt's second; its two
+    cities are the homes of the two people it names (whoever they are); all of it (the answer)."""
+    home, counts = world.build_world().home, {"story": 0, "visitor": 0, "host": 0, "cities fit": 0, "all": 0}
+    for line, (prompt, answer) in zip(said, pairs):
+        visitor, host = prompt.split("user: ")[1].split("\n")[0].split(" visits ")
+        kind, match = world.classify(line)
+        if kind != "bus":
+            continue
+        wrote = match.groups()                                  # (visitor, from, to, host)
+        counts["story"] += 1
+        counts["visitor"] += wrote[0] == visitor
+        counts["host"] += wrote[3] == host
+        counts["cities fit"] += (home[wrote[0]], home[wrote[3]]) == (wrote[1], wrote[2])
+        counts["all"] += line == answer.split("\n")[0]
+    return {part: n / len(pairs) for part, n in counts.items()}
+
+
+@torch.no_grad()
+def rating_split(model, reference, pairs: list) -> dict:
+    """Where preference tuning moved the answers of (prompt, chosen, rejected) review pairs, each answer split at its
+    rating word: the mean change (model − reference) of the summed log-probability of the text before the rating
+    ("body": the same characters in both answers of a pair, so their changes are equal), and of the rating and what
+    follows, chosen and rejected.  "body gap" is the largest difference between a pair's two body changes."""
+    inputs, labels = pair_batch(pairs)
+    cut = torch.tensor([len(p) - 1 + a.index("rating: ") + len("rating: ") for p, a, _ in pairs] * 2)[:, None]
+    before = torch.arange(labels.shape[1])[None, :] < cut
+    moved = {}
+    for part, keep in (("body", before), ("rating", ~before)):
+        part_labels = labels.masked_fill(~keep, IGNORE)
+        change = answer_log_probs(model, inputs, part_labels) - answer_log_probs(reference, inputs, part_labels)
+        moved[part] = split_pair_scores(change)
+    return {"body": moved["body"][0].mean().item(), "chosen rating": moved["rating"][0].mean().item(),
+            "rejected rating": moved["rating"][1].mean().item(),
+            "body gap": (moved["body"][0] - moved["body"][1]).abs().max().item()}
+
+
+def review_outcomes(lines: list) -> dict:
+    """Shares of sampled reply lines that are true reviews, well-formed but false (a wrong rating), malformed only in
+    the rating word (the text up to `rating: ` fits the templates), or malformed before it."""
+    counts = {"true": 0, "wrong rating": 0, "bad rating word": 0, "malformed before": 0}
+    for line in lines:
+        valid, true = world.check_line(line)
+        if valid:
+            counts["true" if true else "wrong rating"] += 1
+            continue
+        exit_at, rating_at = world.first_exit(line), line.find("rating: ")
+        late = line.startswith("review: ") and rating_at >= 0 and exit_at >= rating_at + len("rating: ")
+        counts["bad rating word" if late else "malformed before"] += 1
+    return {kind: n / len(lines) for kind, n in counts.items()}

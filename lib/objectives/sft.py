@@ -64,9 +64,14 @@ def sft_batch(pairs: list, prompt_loss: bool = False, padding: str = "by_positio
     return inputs, labels
 
 
+def prompt_only(answer_labels, every_labels):
+    """The labels of the prompt alone: `every_labels` (prompt_loss=True) with the answer's positions IGNORE."""
+    return every_labels.masked_fill(answer_labels != IGNORE, IGNORE)
+
+
 def pack(pairs: list, context: int, prompt_loss: bool = False) -> tuple:
     """(ids, labels, segments, positions), each (rows, context): examples laid end to end into rows of
-    `context` positions (first fit, in order), the rest padded.  segments numbers the examples of a row from 1
+    `context` positions (in order; a new row when the next one does not fit: next fit), the rest padded.  segments numbers the examples of a row from 1
     (0: padding); positions restart at 0 at every example.  Read with `packed_mask(segments)`, each example
     sees itself alone, at its own positions: the same losses as reading it alone."""
     rows = [[]]

@@ -277,3 +277,23 @@ def capacity_bars(ax, sent: list, capacity: int, title: str = ""):
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
     return ax
+
+
+def log_panels(logs: dict, keys: dict, columns: int = 3):
+    """One panel per logged key ({key: title}), one colour per arm ({arm: [a log per seed]}), each seed a line over
+    the logged steps; one legend for the figure.  Returns the figure."""
+    rows = math.ceil(len(keys) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.7 * columns, 2.6 * rows + 0.4), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (key, title) in zip(axes.flat, keys.items()):
+        for (arm, seed_logs), color in zip(logs.items(), colors):
+            for seed, log in enumerate(seed_logs):
+                ax.plot([r["step"] for r in log], [r[key] for r in log], color=color, alpha=0.75,
+                        label=arm if seed == 0 else None)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+    for ax in axes.flat[len(keys):]:
+        ax.axis("off")
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="upper center", ncol=len(logs), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig

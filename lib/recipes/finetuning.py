@@ -7,8 +7,9 @@
 Every run starts from the base model of its seed (`base`, `base_seed1`, `base_seed2`); the three seeds change the
 base, the examples drawn and their order.
 
-SFT (`sft_<task>_<loss>`): the chat tasks of `lib.data.chat`, loss on the answers only ("answer") or on every
-character ("all").  `where` and `rate` learn from 24 examples, `visit` (a 60-character answer) from 1,024 and for
+SFT (`sft_<task>_<loss>`): the chat tasks of `lib.data.chat`, loss on the answers only ("answer"), on every
+character as one mean ("all": the answer's share of the mean is its share of the characters), or GPT-1's sum of
+the answer's mean and half the prompt's ("gpt1").  `where` and `rate` learn from 24 examples, `visit` (a 60-character answer) from 1,024 and for
 longer.  `sft_where_padbug`: `where` with the padding ignored by id, the reply's end with it.
 
 LoRA (`lora_r<r>_lr<lr>`, `full_lr<lr>`): 16 people the mini internet never mentions, as plain fact lines; ranks 1,
@@ -17,7 +18,8 @@ zero and is scaled by alpha / r).
 
 Preference (`pref_<loss>_b<beta>`): a reference fine-tuned to write reviews from 256 examples of which 40 % carry a
 wrong rating (`review_ref`, true rate about a half), then 256 pairs (a true review, the same with a wrong rating)
-for 200 steps: DPO at three β, IPO, the SFT loss on the chosen reviews alone, and DPO at ten times the learning rate.
+for 200 steps: DPO at three β, IPO at two, the SFT loss on the chosen reviews alone, and DPO at ten times the learning
+rate.  The pairs' chosen reviews are the reference's own 256 examples with their true ratings.
 """
 
 from lib.recipes.base import BASE_MODEL, SEEDS
@@ -25,10 +27,12 @@ from lib.recipes import base
 from lib.train.cache import Run
 from lib.trainers.finetuning import train_preference, train_sft
 
-SFT_TASKS = {"where": {"examples": 24, "steps": 200, "eval_every": 50},
-             "rate": {"examples": 24, "steps": 200, "eval_every": 50},
-             "visit": {"examples": 1024, "steps": 600, "eval_every": 150}}
-LOSSES = {"answer": False, "all": True}          # loss name -> prompt_loss
+SFT_TASKS = {"where": {"examples": 24, "steps": 200, "eval_every": 10},
+             "rate": {"examples": 24, "steps": 200, "eval_every": 10},
+             "visit": {"examples": 1024, "steps": 600, "eval_every": 50}}
+LOSSES = {"answer": {"prompt_loss": False},                        # the answer's characters only
+          "all": {"prompt_loss": True},                            # every character, one mean (the answer diluted)
+          "gpt1": {"prompt_loss": False, "prompt_weight": 0.5}}    # the answer's mean + 0.5 x the prompt's mean
 FINETUNE = {"batch_size": 16, "lr": 3e-4, "min_lr": 3e-5, "warmup": 20, "padding": "by_position"}
 
 LORA_RANKS = (1, 4, 16)
@@ -42,6 +46,7 @@ REFERENCE = {"task": "review", "examples": 256, "wrong_share": 0.4, "steps": 200
 PREFERENCE = {"pairs": 256, "steps": 200, "batch_size": 16, "lr": 3e-5, "min_lr": 3e-6, "warmup": 20, "eval_every": 25}
 PREFERENCE_ARMS = {"dpo_b0.1": {"loss": "dpo", "beta": 0.1}, "dpo_b0.3": {"loss": "dpo", "beta": 0.3},
                    "dpo_b1": {"loss": "dpo", "beta": 1.0}, "ipo_b0.1": {"loss": "ipo", "beta": 0.1},
+                   "ipo_b0.05": {"loss": "ipo", "beta": 0.05},
                    "sft": {"loss": "sft", "beta": 0.1},
                    "dpo_b0.1_lr3e-4": {"loss": "dpo", "beta": 0.1, "lr": 3e-4, "min_lr": 3e-5}}
 
@@ -57,7 +62,7 @@ def _config(seed: int, **keys) -> dict:
 def sft_run(task: str, loss: str, seed: int = 0, padding: str = "by_position") -> Run:
     bug = "_padbug" if padding == "by_id" else ""
     name = f"sft_{task}{bug}" + ("" if bug else f"_{loss}") + _suffix(seed)
-    config = _config(seed, task=task, prompt_loss=LOSSES[loss], **SFT_TASKS[task], padding=padding)
+    config = _config(seed, task=task, **LOSSES[loss], **SFT_TASKS[task], padding=padding)
     return Run(name, config, train_sft, (base.run(seed),))
 
 

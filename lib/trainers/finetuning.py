@@ -4,7 +4,8 @@
     model, log = train_preference({"loss": "dpo", "beta": 0.1, "pairs": 256, ...}, parents=(reference,))
 
 SFT: each step draws `batch_size` of the run's `examples` training pairs (`chat.examples`, drawn by the run's seed),
-pads them (`sft.sft_batch`: prompt_loss, padding) and minimises `masked_sft_loss`.  config["task"] = "facts" trains
+pads them (`sft.sft_batch`: prompt_loss, padding) and minimises `masked_sft_loss`; with config["prompt_weight"] = λ,
+the answer's mean loss plus λ times the prompt's (GPT-1's task loss + λ·LM loss).  config["task"] = "facts" trains
 instead on `people` new facts as plain lines (`NAME lives in CITY.`, every character a target), section 11's
 knowledge-injection test.  With config["lora_rank"] = r only LoRA adapters train (`nn.lora.with_lora`, alpha
 config["lora_alpha"]), and the checkpoint holds the merged model (a plain TinyGPT).
@@ -28,7 +29,7 @@ from lib.data.seeding import seed_everything
 from lib.measure import answers, evals, finetuning_evals
 from lib.nn.lora import merge_lora, trainable_parameters, with_lora
 from lib.objectives.preference import PREFERENCE_LOSSES, answer_log_probs, pair_batch, split_pair_scores
-from lib.objectives.sft import masked_sft_loss, sft_batch
+from lib.objectives.sft import masked_sft_loss, prompt_only, sft_batch
 from lib.train.cache import trainer
 from lib.train.loop import fit
 
@@ -83,12 +84,19 @@ def train_sft(config: dict, parents=(), desc: str = "sft"):
         def evaluate(m):
             return {**finetuning_evals.chat_scores(m, test), "val_bits": evals.bits_per_char(m, val)}
 
+    weight = config.get("prompt_weight")    # GPT-1's form: the answer's mean loss + weight x the prompt's mean loss
+
     def batch():
-        return sft_batch(_draw(pairs, config["batch_size"], generator), config["prompt_loss"], config["padding"])
+        drawn = _draw(pairs, config["batch_size"], generator)
+        inputs, labels = sft_batch(drawn, config["prompt_loss"], config["padding"])
+        return (inputs, labels) + ((prompt_only(labels, sft_batch(drawn, True, config["padding"])[1]),) if weight else ())
+
+    def loss_fn(m, b):
+        logits = m(b[0])
+        return masked_sft_loss(logits, b[1]) + (weight * masked_sft_loss(logits, b[2]) if weight else 0)
 
     start = {"step": 0, "trainable": trainable_parameters(model), **_evaluated(model, evaluate)}
-    log = [start] + fit(model, batch, lambda m, b: masked_sft_loss(m(b[0]), b[1]), config, evaluate=evaluate,
-                        desc=desc)
+    log = [start] + fit(model, batch, loss_fn, config, evaluate=evaluate, desc=desc)
     return (merge_lora(model) if rank else model).eval(), log
 
 
