@@ -39,7 +39,6 @@ def test_masked_loss_is_the_mean_over_the_answer_positions_and_ignores_the_promp
     assert torch.equal(every.masked_fill(labels == IGNORE, IGNORE), labels)
     every[0, 3] = (every[0, 3] + 1) % 44                           # change a prompt label:
     assert masked_sft_loss(logits, every.masked_fill(labels == IGNORE, IGNORE)) == masked_sft_loss(logits, labels)
-    assert masked_sft_loss(logits, every) != masked_sft_loss(logits, sft_batch(PAIRS, prompt_loss=True)[1])
     with pytest.raises(ValueError):
         masked_sft_loss(logits, torch.full_like(labels, IGNORE))
 
@@ -114,7 +113,12 @@ def test_lora_starts_as_the_base_merges_exactly_and_trains_r_times_d_in_plus_d_o
     assert (merged(idx) - m(idx)).abs().max() > 1e-3
     assert torch.equal(m(idx), model(3)(idx))                     # the base model itself is untouched
     layer = LoRALinear(torch.nn.Linear(5, 3), r=2, alpha=4)
-    assert isinstance(layer.merged(), torch.nn.Linear) and type(layer.merged()) is torch.nn.Linear
+    torch.nn.init.normal_(layer.B)
+    x = torch.randn(7, 5)
+    assert torch.allclose(layer(x), layer.base(x) + 4 / 2 * x @ layer.A.T @ layer.B.T)   # the scale is alpha / r
+    state = torch.get_rng_state()
+    assert type(layer.merged()) is torch.nn.Linear
+    assert torch.equal(torch.get_rng_state(), state)                                 # merging draws nothing
     with pytest.raises(ValueError):
         LoRALinear(torch.nn.Linear(5, 3), r=0, alpha=1)
 
@@ -168,10 +172,67 @@ def test_prompt_only_labels_are_the_prompt_half_of_every_label():
     assert torch.equal(torch.where(answer != IGNORE, answer, prompt), every)  # together: every label
 
 
-def test_review_outcomes_tell_a_wrong_rating_from_a_broken_rating_word_and_from_earlier_damage():
+def test_review_outcomes_sort_sampled_lines_by_what_is_wrong_with_them():
     from lib.measure.finetuning_evals import review_outcomes
     good = world.make_review("soup", "tasty", "host", "kind")
-    lines = [good, good.replace("rating: good.", "rating: ok."), good.replace("rating: good.", "rating: gok."),
-             good.replace("the host", "the hoxt")]
-    assert review_outcomes(lines) == {"true": 0.25, "wrong rating": 0.25, "bad rating word": 0.25,
-                                      "malformed before": 0.25}
+    lines = [good, good.replace("rating: good.", "rating: ok."), good.replace(" and ", " but "),
+             good.replace("rating: good.", "rating: gok."), good.replace("the host", "the hoxt"),
+             "base lives in " + world.build_world().home["base"] + "."]          # true, but not a review
+    assert review_outcomes(lines) == {"true": 1 / 6, "wrong rating": 1 / 6, "wrong connective": 1 / 6,
+                                      "bad rating word": 1 / 6, "malformed before": 2 / 6}
+
+
+def test_positions_must_be_integer_ids_inside_the_context_and_replace_start():
+    m = model()
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    for bad in (torch.arange(4.0)[None], torch.arange(4)[None] + 95, torch.arange(3)[None]):
+        with pytest.raises(ValueError):
+            m.hidden_states(idx, causal_mask(4).expand(1, -1, -1), positions=bad)
+    with pytest.raises(ValueError):
+        m.hidden_states(idx, causal_mask(4).expand(1, -1, -1), start=2, positions=torch.arange(4)[None])
+
+
+def test_weighted_sft_loss_keeps_the_answer_at_weight_one():
+    from lib.objectives.sft import prompt_only, weighted_sft_loss
+    m = model()
+    inputs, answer = sft_batch(PAIRS)
+    prompt = prompt_only(answer, sft_batch(PAIRS, prompt_loss=True)[1])
+    logits = m(inputs)
+    assert weighted_sft_loss(logits, answer, prompt, 0.0) == masked_sft_loss(logits, answer)
+    both = weighted_sft_loss(logits, answer, prompt, 0.5)
+    assert both.item() == pytest.approx(masked_sft_loss(logits, answer).item() + 0.5 * masked_sft_loss(logits, prompt).item())
+
+
+def test_the_readouts_on_a_model_against_itself():
+    from lib.measure import evals, finetuning_evals
+    m = model(5)
+    pairs = chat.preference_pairs("test", 6)
+    split = finetuning_evals.rating_split(m, m, pairs)
+    assert all(abs(v) < 1e-12 for v in split.values())
+    said = finetuning_evals.sampled_replies(m, chat.REVIEW_PROMPT, 4)
+    assert finetuning_evals.kl_estimate(m, m, chat.REVIEW_PROMPT, said) == 0
+    lines = world.load_text("val").splitlines()[:40]
+    assert finetuning_evals.bits_by_place(m, lines)["all"] == pytest.approx(evals.bits_per_char(m, lines), rel=1e-12)
+    prompts = [p for p, _ in PAIRS[:4]]
+    together = finetuning_evals.replies(m, prompts, 10)
+    assert together == [finetuning_evals.replies(m, [p], 10)[0] for p in prompts]   # left padding changes nothing
+    inputs, labels = sft_batch(PAIRS[:1])
+    finetuning_evals.position_gradients(m, inputs, labels)
+    assert all(p.grad is None for p in m.parameters())
+
+
+def test_the_sft_trainer_leaves_its_parent_alone_is_deterministic_and_saves_lora_merged():
+    from lib.recipes.base import BASE_MODEL
+    from lib.recipes.finetuning import FINETUNE
+    from lib.trainers.finetuning import train_sft
+    parent = TinyGPT(ModelConfig())
+    before = {k: v.clone() for k, v in parent.state_dict().items()}
+    config = {**BASE_MODEL, **FINETUNE, "task": "where", "examples": 8, "steps": 2, "eval_every": 2,
+              "prompt_loss": False, "prompt_weight": 0.5, "lora_rank": 2, "lora_alpha": 4}
+    (a, log_a), (b, log_b) = train_sft(config, (parent,)), train_sft(config, (parent,))
+    assert all(torch.equal(v, parent.state_dict()[k]) for k, v in before.items())
+    assert log_a == log_b and all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert [row["step"] for row in log_a] == [0, 2] and log_a[0]["trainable"] == 2 * 2 * (256 + 128 + 320 + 320)
+    assert type(a) is TinyGPT and not any(isinstance(x, LoRALinear) for x in a.modules())
+    with pytest.raises(ValueError):
+        train_sft({**config, "prompt_loss": True}, (parent,))

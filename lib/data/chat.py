@@ -8,7 +8,7 @@ A conversation is two lines and a blank one: the user's line, the bot's line, th
 reply (END).  The base model never saw a blank line (every document of the mini internet is one line), so
 stopping is something fine-tuning must teach; a newline alone ends every line it has read.
 
-The four tasks differ in how long the answer is against its prompt:
+The tasks differ in how long the answer is against its prompt:
 
     where   where does zukun live?          quila.                                           short prompt, short answer
     add     95+42                           137.                                             short prompt, short answer
@@ -56,7 +56,7 @@ def _items(task: str) -> tuple:
         low, high = world.NUMBER_RANGE
         items = [(f"{a}+{b}", f"{a + b}.") for a in range(low, high + 1) for b in range(low, high + 1)]
     elif task == "rate":
-        items = [(review_question(r), r[r.index("rating: ") + len("rating: "):]) for r in _all_reviews()]
+        items = [(review_question(r), world.rating_of(r) + ".") for r in _all_reviews()]
     elif task == "review":
         items = [("review", r) for r in _all_reviews()]
     elif task == "visit":
@@ -97,12 +97,18 @@ def new_people(count: int, seed: int = 11) -> dict:
     return dict(fresh[:count])
 
 
+def fact_pairs(home: dict) -> list:
+    """(prompt, answer) pairs of plain fact lines for {name: city}: a newline (a document starts), then
+    `NAME lives in CITY.` and its newline, every character after the first newline a target."""
+    return [("\n", f"{name} lives in {city}.\n") for name, city in home.items()]
+
+
 REVIEW_PROMPT = prompt_text("review")
 
 
 def wrong_rating(review: str, rng: random.Random) -> str:
     """The review (a line, END allowed after it) with its rating replaced by one of the two wrong ones."""
-    rating = review[review.index("rating: ") + len("rating: "):review.index(".", review.index("rating: "))]
+    rating = world.rating_of(review)
     wrong = rng.choice([r for r in world.RATINGS if r != rating])
     return review.replace(f"rating: {rating}.", f"rating: {wrong}.")
 

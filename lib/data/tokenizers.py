@@ -189,3 +189,6 @@ SENTINELS = [SPECIAL_TOKENS.index(sentinel(i)) for i in range(NUM_SENTINELS)]
 MODE_TOKENS = {mode: SPECIAL_TOKENS.index(f"[{mode}]") for mode in "RSX"}
 NEWLINE_WORD = len(SPECIAL_TOKENS)  # the word id of "\n", the first ordinary token
 FIRST_ORDINARY = len(SPECIAL_TOKENS)  # ids below this are specials; "\n", words, numbers, punctuation follow
+
+
+CHARS = CharTokenizer()      # the mini internet's 44 characters: every char-level model of the book

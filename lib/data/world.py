@@ -82,6 +82,17 @@ def make_review(food, food_adjective, service, service_adjective):
             f"{service_adjective}. rating: {rating}.")
 
 
+def rating_of(review: str) -> str:
+    """The rating word of a review line (anything after its closing full stop is ignored).
+
+    >>> rating_of("review: the soup was tasty but the host was rude. rating: ok.\\n\\n")
+    'ok'
+    """
+    start = review.index("rating: ") + len("rating: ")
+    end = review.find(".", start)
+    return review[start:] if end < 0 else review[start:end]
+
+
 def random_review(rng: random.Random) -> str:
     """A review with a food, food adjective, service noun and service adjective drawn uniformly, in that order."""
     return make_review(rng.choice(FOODS), rng.choice(list(FOOD_ADJECTIVES)),

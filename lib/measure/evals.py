@@ -20,9 +20,8 @@ from lib.data import world
 from lib.nn import inference
 from lib.nn.models import MaskedTransformer
 from lib.objectives.batches import pad
-from lib.data.tokenizers import CharTokenizer
+from lib.data.tokenizers import CHARS
 
-CHARS = CharTokenizer()
 NEWLINE_CHAR = CHARS.stoi["\n"]
 
 

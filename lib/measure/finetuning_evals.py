@@ -23,8 +23,8 @@ from lib.objectives.sft import IGNORE, masked_sft_loss, sft_batch
 @torch.no_grad()
 def replies(model, prompts: list, max_new: int, generator=None) -> list:
     """Each prompt's next max_new characters (greedy; sampled at temperature 1 with a generator), prompts of any
-    lengths in one left-padded batch.  Nothing stops early: the text after the reply is kept, to see whether the
-    model stopped."""
+    lengths in one left-padded batch, at most as many as fit the context after the longest prompt.  Nothing stops
+    early: the text after the reply is kept, to see whether the model stopped."""
     ids, real = inference.left_pad([CHARS.encode(p) for p in prompts])
     max_new = min(max_new, model.config.context - ids.shape[1] + 1)
     new = inference.generate(model, ids, max_new, real=real, generator=generator)
@@ -98,31 +98,31 @@ def bits_by_place(model, lines: list) -> dict:
 
 def position_gradients(model, inputs, labels) -> dict:
     """The gradient of one `masked_sft_loss` at each position of row 0, as norms: on its logits (nonzero only
-    where the position has a label) and on its input embedding (token + position: nonzero wherever a labelled
-    position reads it through attention).  The model's own gradients are cleared afterwards."""
+    where the position has a label) and on its token embedding (nonzero wherever a labelled position reads it
+    through attention).  Computed with torch.autograd.grad: no parameter's .grad is touched."""
     seen = {}
 
-    def keep(module, args, out):
-        out.retain_grad()
-        seen["embedded"] = out
+    def keep(module, args, out):                # the token embeddings as a leaf of their own, frozen or not
+        seen["embedded"] = out.detach().requires_grad_(True)
+        return seen["embedded"]
 
     handle = model.wte.register_forward_hook(keep)
     try:
         with torch.enable_grad():
             logits = model(inputs)
-            logits.retain_grad()
-            masked_sft_loss(logits, labels).backward()
+            on_logits, on_inputs = torch.autograd.grad(masked_sft_loss(logits, labels), [logits, seen["embedded"]])
     finally:
         handle.remove()
-        model.zero_grad(set_to_none=True)
-    return {"logits": logits.grad[0].norm(dim=-1), "inputs": seen["embedded"].grad[0].norm(dim=-1)}
+    return {"logits": on_logits[0].norm(dim=-1), "inputs": on_inputs[0].norm(dim=-1)}
 
 
 def visit_parts(said: list, pairs: list) -> dict:
     """Which parts of `visit` replies (greedy first lines `said` to the (prompt, answer) `pairs`) are right, as
-    shares: a bus story at all; its visitor is the prompt's first name; its host the prompt's second; its two
-    cities are the homes of the two people it names (whoever they are); all of it (the answer)."""
-    home, counts = world.build_world().home, {"story": 0, "visitor": 0, "host": 0, "cities fit": 0, "all": 0}
+    shares: a bus story at all; its visitor is the prompt's first name; its destination is the home of the prompt's
+    second person ("to city"); its host is the prompt's second name; its two cities are the homes of the two people
+    it names, whoever they are ("cities fit"); all of it (the answer)."""
+    home = world.build_world().home
+    counts = {"story": 0, "visitor": 0, "to city": 0, "host": 0, "cities fit": 0, "all": 0}
     for line, (prompt, answer) in zip(said, pairs):
         visitor, host = prompt.split("user: ")[1].split("\n")[0].split(" visits ")
         kind, match = world.classify(line)
@@ -131,6 +131,7 @@ def visit_parts(said: list, pairs: list) -> dict:
         wrote = match.groups()                                  # (visitor, from, to, host)
         counts["story"] += 1
         counts["visitor"] += wrote[0] == visitor
+        counts["to city"] += wrote[2] == home[host]
         counts["host"] += wrote[3] == host
         counts["cities fit"] += (home[wrote[0]], home[wrote[3]]) == (wrote[1], wrote[2])
         counts["all"] += line == answer.split("\n")[0]
@@ -157,13 +158,17 @@ def rating_split(model, reference, pairs: list) -> dict:
 
 
 def review_outcomes(lines: list) -> dict:
-    """Shares of sampled reply lines that are true reviews, well-formed but false (a wrong rating), malformed only in
-    the rating word (the text up to `rating: ` fits the templates), or malformed before it."""
-    counts = {"true": 0, "wrong rating": 0, "bad rating word": 0, "malformed before": 0}
+    """Shares of sampled reply lines that are true reviews; well-formed but false, by a wrong rating or (the rating
+    right for the two adjectives) a wrong connective; malformed at or after the rating word (the text up to
+    `rating: ` fits the templates); or malformed before it.  A line that is not a review at all counts as malformed."""
+    counts = {"true": 0, "wrong rating": 0, "wrong connective": 0, "bad rating word": 0, "malformed before": 0}
     for line in lines:
-        valid, true = world.check_line(line)
-        if valid:
-            counts["true" if true else "wrong rating"] += 1
+        kind, match = world.classify(line)
+        if kind == "review":                    # well-formed: true, or false by its rating or its connective
+            food, food_adjective, _, service, service_adjective, rating = match.groups()
+            truth = world.make_review(food, food_adjective, service, service_adjective)
+            counts["true" if truth == line else "wrong rating" if world.rating_of(truth) != rating
+                   else "wrong connective"] += 1
             continue
         exit_at, rating_at = world.first_exit(line), line.find("rating: ")
         late = line.startswith("review: ") and rating_at >= 0 and exit_at >= rating_at + len("rating: ")

@@ -29,9 +29,8 @@ from lib.measure.answers import fact_completion
 from lib.nn.moe import MoEGPT, expert_capacity, with_capacity
 from lib.objectives.batches import next_token_loss
 from lib.train.loop import OPTIMIZATION, make_optimizer, optimizer_step
-from lib.data.tokenizers import CharTokenizer
+from lib.data.tokenizers import CHARS
 
-CHARS = CharTokenizer()
 CLASSES = {"letter": str.isalpha, "digit": str.isdigit, "space": lambda c: c == " ", "newline": lambda c: c == "\n",
            "punctuation": lambda c: c in ".?:+=,"}
 

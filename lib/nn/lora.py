@@ -7,8 +7,8 @@
 
 A has shape (r, d_in) and starts random; B has shape (d_out, r) and starts at zero, so at initialisation the
 update is zero and the model is exactly the base model.  A matrix of d_out × d_in weights gets r·(d_in + d_out)
-trainable numbers.  Dividing by r keeps the update's size about the same when r changes, so one learning rate
-serves every rank (the paper's reason for alpha / r).
+trainable numbers.  The paper divides by r so that the update's size changes less with r and the learning rate
+needs less retuning across ranks (section 11 still tries three rates per rank).
 """
 
 import copy
@@ -40,8 +40,8 @@ class LoRALinear(nn.Module):
 
     def merged(self) -> nn.Linear:
         """A plain nn.Linear computing what this layer computes (up to float rounding)."""
-        out = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None,
-                        dtype=self.base.weight.dtype)
+        out = torch.nn.utils.skip_init(nn.Linear, self.base.in_features, self.base.out_features,  # draws nothing
+                                       bias=self.base.bias is not None, dtype=self.base.weight.dtype)
         with torch.no_grad():
             out.weight.copy_(self.base.weight + self.update())
             if self.base.bias is not None:
@@ -79,4 +79,5 @@ def merge_lora(model):
 
 
 def trainable_parameters(model) -> int:
+    """The number of parameters that train (requires_grad)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

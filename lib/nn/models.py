@@ -292,9 +292,10 @@ class MaskedTransformer(nn.Module):
         if len(masks) != len(self.blocks):
             raise ValueError(f"one mask per layer: {len(self.blocks)} layers, got {len(masks)} masks")
         masks = [check_mask(m, B, T, T) for m in masks]
-        if positions is not None and (positions.shape != idx.shape or positions.min() < 0
-                                      or positions.max() >= self.config.context):
-            raise ValueError(f"positions must be (B, T) = {tuple(idx.shape)} ids in 0..{self.config.context - 1}")
+        if positions is not None and (start or positions.dtype != torch.long or positions.shape != idx.shape
+                                      or positions.min() < 0 or positions.max() >= self.config.context):
+            raise ValueError(f"positions must be (B, T) = {tuple(idx.shape)} integer ids in 0..{self.config.context - 1}, "
+                             "and replace start (give one of them)")
         x = self.embed(idx, start, positions)                   # (B, T, d): the residual stream
         own = torch.arange(start, start + T) if positions is None else positions
         rope = {"positions": own} if self.config.position == "rope" else {}

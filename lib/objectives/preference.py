@@ -10,18 +10,17 @@ chosen answer y_w than the rejected y_l, each measured against the reference mod
 h grows without bound.  IPO regresses h onto a target instead: (h − 1/(2β))², which stops at h = 1/(2β).
 """
 
+import torch
 import torch.nn.functional as F
 
 from lib.objectives.sft import IGNORE, sft_batch
 
 
-def answer_log_probs(model, inputs, labels, mean: bool = False):
-    """(B,) the log-probability of each row's labelled characters (the answer), summed (or their mean)."""
+def answer_log_probs(model, inputs, labels):
+    """(B,) the log-probability of each row's labelled characters (the answer), summed."""
     logp = model(inputs).log_softmax(dim=-1)                                     # (B, T, V)
-    keep = labels != IGNORE
-    picked = logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0] * keep     # (B, T)
-    total = picked.sum(dim=1)
-    return total / keep.sum(dim=1) if mean else total
+    picked = logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0]            # (B, T)
+    return torch.where(labels != IGNORE, picked, 0.0).sum(dim=1)
 
 
 def margins(policy_chosen, policy_rejected, reference_chosen, reference_rejected):

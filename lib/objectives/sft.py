@@ -17,9 +17,8 @@ would also mask the end, so the model is never asked to stop (`padding="by_id"`,
 import torch
 import torch.nn.functional as F
 
-from lib.data.tokenizers import CharTokenizer
-
-CHARS = CharTokenizer()
+from lib.data.tokenizers import CHARS
+from lib.nn.masks import hide_padding
 
 IGNORE = -100
 PAD = CHARS.encode("\n")[0]
@@ -36,10 +35,18 @@ def masked_sft_loss(logits, labels, reduction: str = "mean"):
                            reduction=reduction)
 
 
+def weighted_sft_loss(logits, answer_labels, prompt_labels, prompt_weight: float):
+    """GPT-1's form: the answer's mean loss plus prompt_weight times the prompt's mean loss (`prompt_only` labels),
+    the answer keeping its weight of 1 however long the prompt is."""
+    return masked_sft_loss(logits, answer_labels) + prompt_weight * masked_sft_loss(logits, prompt_labels)
+
+
 def example_ids(prompt: str, answer: str, prompt_loss: bool = False) -> tuple:
     """(inputs, labels) of one example, lists of ids: inputs the text but its last character, labels the next
     character at each position, IGNORE where the next character is still the prompt's (unless prompt_loss).
     The first prompt character is never a label (nothing comes before it)."""
+    if not prompt or not answer:
+        raise ValueError("an example needs a prompt (at least the newline that starts it) and an answer")
     ids = CHARS.encode(prompt + answer)
     labels = ids[1:]
     if not prompt_loss:
@@ -101,8 +108,7 @@ def packed_mask(segments):
     T = segments.shape[1]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     same = segments[:, :, None] == segments[:, None, :]
-    itself = torch.eye(T, dtype=torch.bool)
-    return (causal & same & (segments[:, :, None] > 0)) | itself
+    return hide_padding(causal & same, segments == 0)
 
 
 def packed_logits(model, ids, segments, positions, naive: bool = False):

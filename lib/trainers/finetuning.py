@@ -5,7 +5,8 @@
 
 SFT: each step draws `batch_size` of the run's `examples` training pairs (`chat.examples`, drawn by the run's seed),
 pads them (`sft.sft_batch`: prompt_loss, padding) and minimises `masked_sft_loss`; with config["prompt_weight"] = λ,
-the answer's mean loss plus λ times the prompt's (GPT-1's task loss + λ·LM loss).  config["task"] = "facts" trains
+the answer's mean loss plus λ times the prompt's (GPT-1's task loss + λ·LM loss); config["answer_scale"] multiplies
+the answer's loss by a constant (the dilution of the answer in `all`, without the prompt's loss).  config["task"] = "facts" trains
 instead on `people` new facts as plain lines (`NAME lives in CITY.`, every character a target), section 11's
 knowledge-injection test.  With config["lora_rank"] = r only LoRA adapters train (`nn.lora.with_lora`, alpha
 config["lora_alpha"]), and the checkpoint holds the merged model (a plain TinyGPT).
@@ -29,18 +30,13 @@ from lib.data.seeding import seed_everything
 from lib.measure import answers, evals, finetuning_evals
 from lib.nn.lora import merge_lora, trainable_parameters, with_lora
 from lib.objectives.preference import PREFERENCE_LOSSES, answer_log_probs, pair_batch, split_pair_scores
-from lib.objectives.sft import masked_sft_loss, prompt_only, sft_batch
+from lib.objectives.sft import masked_sft_loss, prompt_only, sft_batch, weighted_sft_loss
 from lib.train.cache import trainer
 from lib.train.loop import fit
 
 TEST_ITEMS = 96          # test questions read at each evaluation (all 24 for `where`)
 HELD_OUT_PAIRS = 128     # preference pairs of the test half read at each evaluation
 SAMPLES = 96             # reviews sampled at each evaluation of preference tuning
-
-
-def fact_pairs(home: dict) -> list:
-    """(prompt, answer) pairs of plain fact lines: a newline (a document starts), then `NAME lives in CITY.`."""
-    return [("\n", f"{name} lives in {city}.\n") for name, city in home.items()]
 
 
 def _draw(pairs: list, count: int, generator) -> list:
@@ -64,7 +60,7 @@ def train_sft(config: dict, parents=(), desc: str = "sft"):
     val = world.load_text("val").splitlines()
     if config["task"] == "facts":
         new, home = chat.new_people(config["people"]), world.build_world().home
-        pairs = fact_pairs(new)
+        pairs = chat.fact_pairs(new)
 
         def evaluate(m):
             return {"new_recall": answers.fact_recall(m, new), "old_recall": answers.fact_recall(m, home),
@@ -85,15 +81,18 @@ def train_sft(config: dict, parents=(), desc: str = "sft"):
             return {**finetuning_evals.chat_scores(m, test), "val_bits": evals.bits_per_char(m, val)}
 
     weight = config.get("prompt_weight")    # GPT-1's form: the answer's mean loss + weight x the prompt's mean loss
+    if weight and config["prompt_loss"]:
+        raise ValueError("prompt_weight adds the prompt's loss to the answer's: it needs prompt_loss=False")
 
     def batch():
         drawn = _draw(pairs, config["batch_size"], generator)
         inputs, labels = sft_batch(drawn, config["prompt_loss"], config["padding"])
         return (inputs, labels) + ((prompt_only(labels, sft_batch(drawn, True, config["padding"])[1]),) if weight else ())
 
+    scale = config.get("answer_scale", 1.0)   # a constant factor on the loss: AdamW's steps hardly depend on it
+
     def loss_fn(m, b):
-        logits = m(b[0])
-        return masked_sft_loss(logits, b[1]) + (weight * masked_sft_loss(logits, b[2]) if weight else 0)
+        return weighted_sft_loss(m(b[0]), b[1], b[2], weight) if weight else scale * masked_sft_loss(m(b[0]), b[1])
 
     start = {"step": 0, "trainable": trainable_parameters(model), **_evaluated(model, evaluate)}
     log = [start] + fit(model, batch, loss_fn, config, evaluate=evaluate, desc=desc)
@@ -103,7 +102,7 @@ def train_sft(config: dict, parents=(), desc: str = "sft"):
 @trainer("preference", version=1)
 def train_preference(config: dict, parents=(), desc: str = "preference"):
     generator = seed_everything(config["seed"])
-    reference = parents[0].eval()              # read under no_grad only: it never changes
+    reference = parents[0]                     # loaded in eval mode, read under no_grad only: it never changes
     policy = copy.deepcopy(reference).train()
     pairs = chat.preference_pairs("train", config["pairs"], seed=config["seed"])
     held_out = chat.preference_pairs("test", HELD_OUT_PAIRS, seed=0)
@@ -112,13 +111,12 @@ def train_preference(config: dict, parents=(), desc: str = "preference"):
         ref_chosen, ref_rejected = split_pair_scores(answer_log_probs(reference, inputs, labels))
     B = len(pairs)
 
-    def loss_fn(m, rows):
-        chosen_rows = rows[rows < B]
+    def loss_fn(m, drawn):                 # drawn: (batch_size,) pair numbers; row i chosen, row B + i rejected
         if config["loss"] == "sft":        # the baseline: the chosen answers' SFT loss, the rejected never seen
-            return masked_sft_loss(m(inputs[chosen_rows]), labels[chosen_rows])
-        both = torch.cat([rows, rows + B])
+            return masked_sft_loss(m(inputs[drawn]), labels[drawn])
+        both = torch.cat([drawn, drawn + B])
         chosen, rejected = split_pair_scores(answer_log_probs(m, inputs[both], labels[both]))
-        return PREFERENCE_LOSSES[config["loss"]](chosen, rejected, ref_chosen[rows], ref_rejected[rows], config["beta"])
+        return PREFERENCE_LOSSES[config["loss"]](chosen, rejected, ref_chosen[drawn], ref_rejected[drawn], config["beta"])
 
     def evaluate(m):
         said = finetuning_evals.sampled_replies(m, chat.REVIEW_PROMPT, SAMPLES, seed=0)
