@@ -157,6 +157,17 @@ def rating_split(model, reference, pairs: list) -> dict:
             "body gap": (moved["body"][0] - moved["body"][1]).abs().max().item()}
 
 
+@torch.no_grad()
+def rating_given_text(model, pairs: list) -> float:
+    """The share of (prompt, chosen, rejected) pairs whose chosen review's rating is the most likely of the three
+    after its own text (the same review with good, ok, bad: only the rating differs): what the model knows of the
+    rule when the text is given, without sampling."""
+    options = [(p, c.replace(f"rating: {world.rating_of(c)}.", f"rating: {r}.")) for p, c, _ in pairs for r in world.RATINGS]
+    scores = answer_log_probs(model, *sft_batch(options)).view(len(pairs), len(world.RATINGS))
+    best = [world.RATINGS[i] for i in scores.argmax(dim=1).tolist()]
+    return sum(b == world.rating_of(c) for b, (_, c, _) in zip(best, pairs)) / len(pairs)
+
+
 def review_outcomes(lines: list) -> dict:
     """Shares of sampled reply lines that are true reviews; well-formed but false, by a wrong rating or (the rating
     right for the two adjectives) a wrong connective; malformed at or after the rating word (the text up to
@@ -171,6 +182,7 @@ def review_outcomes(lines: list) -> dict:
                    else "wrong connective"] += 1
             continue
         exit_at, rating_at = world.first_exit(line), line.find("rating: ")
-        late = line.startswith("review: ") and rating_at >= 0 and exit_at >= rating_at + len("rating: ")
+        late = (line.startswith("review: ") and rating_at >= 0 and exit_at is not None
+                and exit_at >= rating_at + len("rating: "))
         counts["bad rating word" if late else "malformed before"] += 1
     return {kind: n / len(lines) for kind, n in counts.items()}

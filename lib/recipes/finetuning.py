@@ -19,8 +19,8 @@ zero and is scaled by alpha / r).
 
 Preference (`pref_<arm>`, the arms of PREFERENCE_ARMS): a reference fine-tuned to write reviews from 256 examples of which 40 % carry a
 wrong rating (`review_ref`, true rate about a half), then 256 pairs (a true review, the same with a wrong rating)
-for 200 steps: DPO at three β, IPO at two, the SFT loss on the chosen reviews alone, and DPO, IPO and SFT at ten times
-the learning rate.  The pairs' chosen reviews are the reference's own 256 examples with their true ratings.
+for 200 steps: DPO at three β, IPO at two, the SFT loss on the chosen reviews alone, and DPO, IPO (targets 5 and 50)
+and SFT at ten times the learning rate.  The pairs' chosen reviews are the reference's own 256 examples with their true ratings.
 """
 
 from lib.recipes.base import BASE_MODEL, SEEDS
@@ -53,6 +53,7 @@ PREFERENCE_ARMS = {"dpo_b0.1": {"loss": "dpo", "beta": 0.1}, "dpo_b0.3": {"loss"
                    "sft": {"loss": "sft", "beta": 0.1},
                    "dpo_b0.1_lr3e-4": {"loss": "dpo", "beta": 0.1, "lr": 3e-4, "min_lr": 3e-5},
                    "ipo_b0.1_lr3e-4": {"loss": "ipo", "beta": 0.1, "lr": 3e-4, "min_lr": 3e-5},
+                   "ipo_b0.01_lr3e-4": {"loss": "ipo", "beta": 0.01, "lr": 3e-4, "min_lr": 3e-5},   # target 50
                    "sft_lr3e-4": {"loss": "sft", "beta": 0.1, "lr": 3e-4, "min_lr": 3e-5}}
 
 
