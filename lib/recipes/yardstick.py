@@ -116,8 +116,9 @@ def floor_entries() -> list:
 
 def ul2_entries() -> list:
     """Section 06: every run (the controls too) asked in both forms through its own slot, with N labels: the span form (R's, with
-    [R] where the recipe trains with mode tokens) and the prefix form (S's, with [S]); and the floor, the
-    initialisation of each backbone (the R-only recipes' runs at step 0), asked in both forms without a token."""
+    [R] where the recipe trains with mode tokens) and the prefix form (S's, with [S]); the floor, the
+    initialisation of each backbone (the R-only recipes' runs at step 0), asked in both forms without a token; and
+    the S-only recipes trained for ul2.SHORT steps, in the prefix form."""
     out = []
     for seed in ul2.SEEDS:
         for recipe in [*ul2.RECIPES, *ul2.CONTROLS]:
@@ -126,6 +127,9 @@ def ul2_entries() -> list:
                     for form, mode in (("span", "R"), ("prefix", "S"))]
         out += [Entry(ul2.run(recipe, seed), 0, (N,), kind=protocols.ul2_kind(form))
                 for recipe in ("span_decoder", "t5_span") for form in protocols.FORMS]
+        # the S-only recipes trained for SHORT steps (as many S targets as the mixture saw), in their own form
+        out += [Entry(ul2.run(recipe, seed, ul2.SHORT), None, (N,), kind=protocols.ul2_kind("prefix"))
+                for recipe in ("prefix_lm", "prefix_lm_encoder_decoder")]
     return out
 
 
