@@ -3,7 +3,7 @@
     replies(model, prompts, 12)               # greedy continuations, 12 characters each
     chat_scores(model, pairs)                 # {"accuracy", "stopped"}: right answer line; blank line right after
     sampled_replies(model, prompt, 100, seed=0)   # replies drawn at temperature 1, up to the blank line
-    true_rate(first_lines(said))              # the share of reply lines the world calls true
+    evals.line_quality(first_lines(said))     # the shares of reply lines the world calls well-formed, true
     pair_readout(model, reference, pairs)     # log-probabilities, margin, implicit-reward accuracy of held-out pairs
     kl_estimate(model, reference, prompt, said)  # mean log π/π_ref over the policy's own samples
 """
@@ -51,11 +51,6 @@ def sampled_replies(model, prompt: str, n: int, seed: int = 0) -> list:
 
 def first_lines(said: list) -> list:
     return [s.split("\n")[0] for s in said]
-
-
-def true_rate(lines: list) -> float:
-    """The share of lines that `world.check_line` calls true (well-formed and true in the world)."""
-    return sum(world.check_line(line)[1] for line in lines) / len(lines)
 
 
 @torch.no_grad()

@@ -71,7 +71,7 @@ def train_sft(config: dict, parents=(), desc: str = "sft"):
 
         def evaluate(m):
             said = finetuning_evals.sampled_replies(m, chat.REVIEW_PROMPT, SAMPLES, seed=0)
-            return {"true_rate": finetuning_evals.true_rate(finetuning_evals.first_lines(said)),
+            return {"true_rate": evals.line_quality(finetuning_evals.first_lines(said))["true"],
                     "stopped": sum(s.endswith(chat.END) for s in said) / len(said), "val_bits": evals.bits_per_char(m, val)}
     else:
         pairs = chat.examples(config["task"], "train", config["examples"], seed=config["seed"])
@@ -121,7 +121,7 @@ def train_preference(config: dict, parents=(), desc: str = "preference"):
     def evaluate(m):
         said = finetuning_evals.sampled_replies(m, chat.REVIEW_PROMPT, SAMPLES, seed=0)
         return {**finetuning_evals.pair_readout(m, reference, held_out),
-                "true_rate": finetuning_evals.true_rate(finetuning_evals.first_lines(said)),
+                "true_rate": evals.line_quality(finetuning_evals.first_lines(said))["true"],
                 "kl": finetuning_evals.kl_estimate(m, reference, chat.REVIEW_PROMPT, said)}
 
     log = [{"step": 0, **_evaluated(policy, evaluate)}] + fit(policy, lambda: torch.randint(B, (config["batch_size"],), generator=generator), loss_fn, config,
