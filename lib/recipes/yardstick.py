@@ -41,6 +41,7 @@ N = 32                            # the label count of the table and of the snap
 SNAPSHOTS = (250, 500, 1000)      # pretraining steps fine-tuned on the way (the final one is the checkpoint)
 SPLITS = (0, 1, 2)                # label splits (each: which adjectives are labelled, which reviews)
 FLOOR_SEEDS = range(3, 13)        # ten more untrained initialisations per kind of §04 network, for the floor
+LOW_RATES = (1e-5, 3e-5)          # below the grid's lowest rate: where T5 (spans) chose that lowest rate
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,17 @@ class Entry:
     kind: str = None    # how the slot is asked, where the run's config does not say (section 06: `protocols.ul2_kind`;
                         # section 05: `protocols.UNMASKED`; section 09: `protocols.CHARACTERS`)
     labels_scored: bool = False   # each fine-tune also scored on the reviews it was fine-tuned on (`finetune.sweep`)
+    rates: tuple = None # the learning rates swept, where not `finetune.LEARNING_RATES` (`LOW_RATES`: below its grid)
 
     @property
     def name(self) -> str:
         asked = "" if self.kind is None else "_" + self.form            # _span, _prefix or _unmasked
-        return self.run.name + asked + ("" if self.step is None else f"_at{self.step}") + ("_head" if self.head else "")
+        return (self.run.name + asked + ("" if self.step is None else f"_at{self.step}") + ("_head" if self.head else "")
+                + ("" if self.rates is None else "_low"))
+
+    @property
+    def learning_rates(self) -> tuple:
+        return self.rates or finetune.LEARNING_RATES
 
     @property
     def model_kind(self) -> str:
@@ -83,7 +90,8 @@ def entries() -> list:
     """Every main comparison run (5 recipes x 3 seeds) at its floor and final checkpoint over the label curve
     (and the floor at ten more initialisations, `floor_entries`)
     and at the snapshots with N labels; the exercises' runs (BERT masking 40 %, T5 spans for 6,000 steps) at
-    their final checkpoints with N labels; BERT's final checkpoints and its floor also through a new
+    their final checkpoints with N labels; T5 (spans), whose validation chose the grid's lowest rate, at
+    LOW_RATES too; BERT's final checkpoints and its floor also through a new
     classifier head (the BERT paper's way of fine-tuning), with N labels; section 05's ELECTRA
     discriminators (every variant but BERT, which is section 04's) through a new head, with N labels, read at
     <mask> and unmasked (`protocols.UNMASKED`), BERT and its floor unmasked too; and section 06's runs in both
@@ -103,7 +111,8 @@ def entries() -> list:
             if recipe == "bert":
                 out.append(Entry(run, None, (N,), head=True))
         out += [Entry(comparison.run("bert", mlm_rate=0.40, seed=seed), None, (N,)),
-                Entry(comparison.run("t5_span", steps=6000, seed=seed), None, (N,))]
+                Entry(comparison.run("t5_span", steps=6000, seed=seed), None, (N,)),
+                Entry(comparison.run("t5_span", seed=seed), None, (N,), rates=LOW_RATES)]
     return out + floor_entries() + ul2_entries() + modern_entries()
 
 
@@ -143,22 +152,22 @@ def modern_entries() -> list:
                   for rung in (modern.RUNGS[0], modern.RUNGS[-1]) for seed in modern.SEEDS]
 
 
-def entry(name: str, step=None, head: bool = False, form: str = None) -> Entry:
+def entry(name: str, step=None, head: bool = False, form: str = None, low: bool = False) -> Entry:
     """The entry of run `name` (at `step`, through a head), asked in `form` (a section-06 run's "span" or "prefix",
-    or "unmasked": `Entry.form`)."""
+    or "unmasked": `Entry.form`); `low`: its sweep at LOW_RATES."""
     for e in entries():
         if (e.run.name == name and e.step == step and e.head == head
-                and e.form == form):
+                and e.form == form and (e.rates is not None) == low):
             return e
     raise KeyError(f"no yardstick entry for {name!r} at step {step!r}" + (" with a head" if head else "")
-                   + (f" in {form} form" if form else ""))
+                   + (f" in {form} form" if form else "") + (" at the low rates" if low else ""))
 
 
 def key(e: Entry) -> str:
     asked = {} if e.kind is None else {"kind": e.kind}        # the older entries' keys stay as they were
     asked |= {"labels_scored": True} if e.labels_scored else {}
     blob = json.dumps({"backbone": cache.checkpoint_key(e.backbone()), "ns": e.ns, "splits": SPLITS,
-                       "learning_rates": finetune.LEARNING_RATES, "steps": finetune.STEPS,
+                       "learning_rates": e.learning_rates, "steps": finetune.STEPS,
                        "version": finetune.VERSION, "head": e.head, **asked}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -175,11 +184,11 @@ def _read(e: Entry, directory=None):
     return saved if saved.get("key") == key(e) else None
 
 
-def compute(name: str, step, directory: str = None, head: bool = False, form: str = None) -> None:
+def compute(name: str, step, directory: str = None, head: bool = False, form: str = None, low: bool = False) -> None:
     """Fine-tune one entry's backbone over its sweep and save the result (run in a pinned process), with the
     backbone's own zero-shot scores on each split's test reviews and, for a snapshot, its training log (a
     snapshot is retrained on this machine: its trajectory can differ from the committed checkpoint's)."""
-    e, directory = entry(name, step, head, form), (None if directory is None else Path(directory))
+    e, directory = entry(name, step, head, form, low), (None if directory is None else Path(directory))
     start = time.perf_counter()
     if e.step is None:
         model, log = processes.get_or_train(e.run)[0], None
@@ -190,9 +199,9 @@ def compute(name: str, step, directory: str = None, head: bool = False, form: st
     trained = time.perf_counter() - start
     kind = e.model_kind
     zero_shot = None if e.head else [finetune.score(model, kind, finetune.rating_task(s).test) for s in SPLITS]
-    with tqdm(total=len(e.ns) * len(SPLITS) * len(finetune.LEARNING_RATES), desc=f"fine-tuning {e.name}",
+    with tqdm(total=len(e.ns) * len(SPLITS) * len(e.learning_rates), desc=f"fine-tuning {e.name}",
               file=sys.stderr, mininterval=1.0) as bar:
-        rows = finetune.sweep(model, kind, e.ns, SPLITS, finetune.LEARNING_RATES, finetune.STEPS,
+        rows = finetune.sweep(model, kind, e.ns, SPLITS, e.learning_rates, finetune.STEPS,
                               progress=lambda done, total: bar.update(done - bar.n), head=e.head,
                               score_labels=e.labels_scored)
     saved = {"key": key(e), "name": e.name, "run": e.run.name, "step": e.step, "head": e.head, "ns": list(e.ns),
@@ -212,7 +221,7 @@ def estimated_seconds(e: Entry) -> float:
     fine-tune of n reviews took about 0.45 + 0.029 n seconds (0.7 s at n = 8, 4.2 s at 128), a snapshot's
     pretraining about 0.03 s a step, and a measuring process 5 s to start; T5's two stacks about 1.7 times that,
     a character-level model (reviews of about 60 characters instead of about 17 tokens) about 6.5 times."""
-    tunes = len(SPLITS) * len(finetune.LEARNING_RATES)
+    tunes = len(SPLITS) * len(e.learning_rates)
     slower = (1.7 if "encoder-decoder" in (e.model_kind, e.run.config.get("backbone"))
               else 6.5 if e.model_kind == protocols.CHARACTERS else 1.0)
     return 5 + slower * (tunes * sum(0.45 + 0.029 * n for n in e.ns) + 0.03 * (e.step or 0))
@@ -224,7 +233,7 @@ def fill(processes_count: int = 2, directory=None, only=None) -> list:
     todo = [e for e in missing(directory) if not only or e.run.name in only]
     cost = {e.name: estimated_seconds(e) for e in todo}
     todo.sort(key=lambda e: -cost[e.name])
-    calls = [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form,
+    calls = [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form, "low": e.rates is not None,
                                 "directory": None if directory is None else str(directory)}) for e in todo]
     failures = processes.call_in_processes(calls, processes_count, cost)
     if failures:
@@ -232,10 +241,10 @@ def fill(processes_count: int = 2, directory=None, only=None) -> list:
     return [e.name for e in todo]
 
 
-def result(name: str, step=None, head: bool = False, form: str = None) -> dict:
-    """The saved fine-tunes of one entry (`compute`'s file); computed first when missing or stale, except
-    where BOOK_NO_TRAINING is set (there: StaleCheckpoint)."""
-    e = entry(name, step, head, form)
+def result(name: str, step=None, head: bool = False, form: str = None, low: bool = False) -> dict:
+    """The saved fine-tunes of one entry (`compute`'s file; `low`: its sweep at LOW_RATES); computed first when
+    missing or stale, except where BOOK_NO_TRAINING is set (there: StaleCheckpoint)."""
+    e = entry(name, step, head, form, low)
     saved = _read(e)
     if saved is None:
         if os.environ.get("BOOK_NO_TRAINING"):
@@ -269,10 +278,10 @@ def chosen_rate(name: str, step=None, n: int = N, head: bool = False, form: str 
     return chosen_rows(name, step, n, head, form)[0]["lr"]
 
 
-def scores_by_rate(name: str, step=None, n: int = N, group: str = "and", form: str = None) -> dict:
+def scores_by_rate(name: str, step=None, n: int = N, group: str = "and", form: str = None, low: bool = False) -> dict:
     """{learning rate: the test scores on `group` reviews of each label split}, every rate swept (not only the
-    chosen one): what the choice on validation reviews selects among."""
-    rows = [r for r in result(name, step, form=form)["rows"] if r["n"] == n]
+    chosen one): what the choice on validation reviews selects among (`low`: the rates below the grid)."""
+    rows = [r for r in result(name, step, form=form, low=low)["rows"] if r["n"] == n]
     return {lr: [r["test"][group] for r in sorted(rows, key=lambda r: r["split"]) if r["lr"] == lr]
             for lr in sorted({r["lr"] for r in rows})}
 
@@ -308,7 +317,7 @@ def reproduce(directory, sample: int = None, seed: int = 0) -> bool:
     directory = Path(directory)
     todo = [e for e in chosen if _read(e, directory) is None]
     failures = processes.call_in_processes(
-        [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form,
+        [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form, "low": e.rates is not None,
                             "directory": str(directory)})
          for e in todo], 2)
     if failures:
