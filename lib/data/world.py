@@ -82,6 +82,21 @@ def make_review(food, food_adjective, service, service_adjective):
             f"{service_adjective}. rating: {rating}.")
 
 
+def disagreeing_reviews(n: int, seed: int = 0) -> list:
+    """n "and" reviews whose two adjectives disagree (no true review does: its connective would be "but"), the
+    food adjective good in every other one, each cut before its rating: [(text ending "rating: ", food is good)].
+    Which adjective a model's rating follows then shows.
+
+    >>> disagreeing_reviews(1)
+    [('review: the stew was tender and the host was grumpy. rating: ', True)]
+    """
+    rng = random.Random(seed)
+    pick = lambda words, good: rng.choice([w for w, g in words.items() if g == good])
+    return [(f"review: the {rng.choice(FOODS)} was {pick(FOOD_ADJECTIVES, i % 2 == 0)} and the "
+             f"{rng.choice(SERVICE_NOUNS)} was {pick(SERVICE_ADJECTIVES, i % 2 == 1)}. rating: ", i % 2 == 0)
+            for i in range(n)]
+
+
 def rating_of(review: str) -> str:
     """The rating word of a review line (anything after its closing full stop is ignored).
 

@@ -6,11 +6,13 @@
 - `queries_and_keys`: per layer, the queries and keys the model computes;
 - `prediction_confidence`: how often the likeliest next character is right, and how sure the model is;
 - `ablated` + `ablation_measurements`: the base model with parts switched off by name (the slider's settings),
-  and its bits/char and fact completion, each setting measured once.
+  and its bits/char and fact completion, each setting measured once;
+- `name_attention`: each head's attention on the person's name where the answer starts, one row per person.
 """
 
 import torch
 
+from lib.data.tokenizers import CHARS
 from lib.measure import answers, evals, precision
 from lib.measure.ablations import ablate
 from lib.nn.models import ModelConfig, TinyGPT, split_heads
@@ -184,3 +186,16 @@ def last_block_gradient(model, batch) -> float:
     "gradient"), with the backward pass stopped at that block.  Changes no `.grad`."""
     params = list(model.blocks[-1].parameters())
     return float(torch.cat([g.flatten() for g in torch.autograd.grad(next_token_loss(model, batch), params)]).norm())
+
+
+@torch.no_grad()
+def name_attention(model, names: list) -> torch.Tensor:
+    """Each head's total attention on the person's name at the space before the answer, in
+    `q: where does NAME live? a: ` (after a newline) for each name: (names, layers, heads)."""
+    out = []
+    for name in names:
+        text = f"\nq: where does {name} live? a: "
+        start = text.index(name)
+        _, attention = model.forward_with_attention(torch.tensor([CHARS.encode(text)]))
+        out.append(torch.stack([a[0, :, -1, start:start + len(name)].sum(-1) for a in attention]))
+    return torch.stack(out)
