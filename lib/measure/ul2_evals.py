@@ -89,6 +89,21 @@ def rating_breakdown(answers: list, reviews: list) -> tuple:
     return sum(a == true_rating(r) for a, r in decided) / len(decided), answers.count("ok") / len(answers)
 
 
+def answers_by_kind(answers: list, reviews: list) -> dict:
+    """{(connective, true rating): {answer: count}}: what a model says to each kind of review (an "and" review is
+    good or bad, a "but" review always ok), so that a rule learned in part (but -> ok) shows apart from polarity.
+
+    >>> answers_by_kind(["ok", "ok"], ["review: the soup was tasty and the host was kind. rating: good.",
+    ...                                "review: the soup was tasty but the host was rude. rating: ok."])
+    {('and', 'good'): {'good': 0, 'ok': 1, 'bad': 0}, ('but', 'ok'): {'good': 0, 'ok': 1, 'bad': 0}}
+    """
+    out = {}
+    for answer, review in sorted(zip(answers, reviews), key=lambda pair: (" but " in pair[1], pair[1])):
+        kind = ("but" if " but " in review else "and", true_rating(review))
+        out.setdefault(kind, {"good": 0, "ok": 0, "bad": 0})[answer] += 1
+    return dict(sorted(out.items()))
+
+
 def rating_margin_auc(model, reviews: list, form: str, mode=None) -> float:
     """The margin logit(good) - logit(bad) at each review's rating slot, asked in `form` with `mode` and rounded to
     1e-9 (as `protocols.rating_margins`), read as `protocols.good_above_bad`: whether a model whose argmax gives
