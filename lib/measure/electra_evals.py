@@ -191,14 +191,24 @@ def seed_mean(logs: dict, variant: str, key: str, step: int) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+def table_service_polarity(encoder) -> float:
+    """The token-embedding table probed for the service adjectives' polarity (`probes.table_scores` on the 12
+    service adjectives, mean of 100 draws): the training logs probe the food adjectives only, and the rating of an
+    "and" review is settled by either adjective (the service one stands 4 tokens before it)."""
+    scores = probes.table_scores(encoder, world.SERVICE_ADJECTIVES)
+    return sum(scores) / len(scores)
+
+
 def untrained_scores(build, inits) -> dict:
-    """{"probe_mean_k32", "table_polarity", "table_word_class": [one score per untrained network]}: `build()`
-    seeded with each of `inits` (`precision.untrained`: float64), the networks a trained encoder's probes are read against."""
-    scores = {"probe_mean_k32": [], "table_polarity": [], "table_word_class": []}
+    """{"probe_mean_k32", "table_polarity", "table_word_class", "table_service_polarity": [one score per untrained
+    network]}: `build()` seeded with each of `inits` (`precision.untrained`: float64), the networks a trained
+    encoder's probes are read against."""
+    scores = {"probe_mean_k32": [], "table_polarity": [], "table_word_class": [], "table_service_polarity": []}
     openings = probes.clause_sequences()
     for model in precision.untrained(build, inits):
         features = probes.representations(model, "bidirectional", "mean", openings)
-        row = {"probe_mean_k32": probes.probe_accuracy(features, 32), **table_probe_results(model)}
+        row = {"probe_mean_k32": probes.probe_accuracy(features, 32), **table_probe_results(model),
+               "table_service_polarity": table_service_polarity(model)}
         for key in scores:
             scores[key].append(row[key])
     return scores
