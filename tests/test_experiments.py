@@ -383,3 +383,14 @@ def test_masked_lm_errors_are_counted_by_the_corrupted_words(monkeypatch):
     assert any(words for words, _ in counts)           # 15 % masking corrupts one of the three words sometimes
     with pytest.raises(ValueError, match="only a masked LM"):
         protocols.masked_lm_errors_by_corruption(None, ex.run_config("t5_span"), reviews)
+
+
+def test_bert_writes_with_masks_to_the_right_only_when_asked():
+    model = trainer.build_model(dict(tiny_config("bert"), kind="bidirectional"))
+    lengths = []
+    model.register_forward_pre_hook(lambda module, args: lengths.append(args[0].shape[1]))
+    capabilities.generate_lines(model, "bidirectional", 3, seed=1, masks_right=True)
+    assert set(lengths) == {model.config.context}          # the whole window every time: masks fill the right
+    lengths.clear()
+    capabilities.generate_lines(model, "bidirectional", 3, seed=1)
+    assert lengths[:3] == [2, 3, 4]                         # what is written so far, plus one <mask>

@@ -172,3 +172,19 @@ def test_bits_after_a_marker_count_only_the_answer():
     lines = ["12+34=46.", "50+50=100."]
     assert abs(evals.bits_per_char(KnowsTheQuestion(), lines, after="=") - math.log2(len(CHARS))) < 1e-6
     assert evals.bits_per_char(KnowsTheQuestion(), lines) < math.log2(len(CHARS)) * 0.6
+
+
+def test_name_attention_is_the_share_on_the_name_when_attention_is_uniform():
+    model = seeded_model()
+    with torch.no_grad():
+        for block in model.blocks:      # queries and keys zero: every score 0, attention uniform over the past
+            block.attn.qkv.weight[: 2 * model.config.d_model] = 0
+            block.attn.qkv.bias[: 2 * model.config.d_model] = 0
+    names = ["base", "quila"]
+    got = inside.name_attention(model, names)
+    assert got.shape == (2, model.config.n_layers, model.config.n_heads)
+    for row, name in zip(got, names):
+        text = f"\nq: where does {name} live? a: "
+        assert torch.allclose(row, torch.full_like(row, len(name) / len(text)))
+    trained = inside.name_attention(seeded_model(), names)       # random queries: not uniform, still a share
+    assert ((trained > 0) & (trained < 1)).all() and not torch.allclose(trained[0], got[0])

@@ -102,13 +102,14 @@ def candidate_scoring(model, kind: str, reviews: list) -> float:
 
 
 @torch.no_grad()
-def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float = 1.0) -> list:
+def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float = 1.0, masks_right: bool = False) -> list:
     """n lines sampled from nothing (after a newline), each up to the model's context.
 
     causal / prefix: left to right (a one-token prefix, so the prefix LM reads causally).
     bidirectional: iterated <mask>: append a <mask>, sample it, append the next (BERT has no
-    "next token"; this is the best it can do).  encoder-decoder: the source is a line that is one
-    whole missing span (`\\n <0> \\n`) and the decoder samples the span until a sentinel."""
+    "next token"); with `masks_right` the rest of the window is <mask> too, so that the position sampled has
+    masked words on its right as in training, where a window is always full.  encoder-decoder: the source is a
+    line that is one whole missing span (`\\n <0> \\n`) and the decoder samples the span until a sentinel."""
     check_kind(kind)
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
@@ -126,8 +127,8 @@ def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float =
         # below, and every row still draws, so the sampled lines are those of computing every row
         active = (~(ids[:, 1:] == NEWLINE_WORD).any(1)).nonzero()[:, 0]
         if kind == "bidirectional":
-            query = torch.cat([ids[active], torch.full((len(active), 1), MASK)], 1)
-            last = model(query, for_kind(kind, query.shape[1]))[:, -1]
+            query = torch.cat([ids[active], torch.full((len(active), T - ids.shape[1] if masks_right else 1), MASK)], 1)
+            last = model(query, for_kind(kind, query.shape[1]))[:, ids.shape[1]]
         else:   # a prefix LM with a one-token prefix reads causally
             last = model(ids[active], for_kind("causal", ids.shape[1]))[:, -1]
         logits = last.new_zeros(n, last.shape[-1]).index_copy_(0, active, last)
