@@ -18,7 +18,8 @@ always gives it the gate 1), so that every token uses the dense model's
 parameters; and dense MLPs as wide as the mixtures are big (hidden 256 * E),
 so that every token uses them all.  A control for the shared expert,
 moe_no_shared, is moe_shared without its shared expert (7 routed experts of
-hidden 128, top-1).  The dense model is also trained for longer (LONGER): with
+hidden 128, top-1).  The sweep's mixtures drop more tokens as E grows (at most 1.25 x a fair share per
+expert); UNCAPPED trains E = 8 and 16 with no limit, as the dense arms are.  The dense model is also trained for longer (LONGER): with
 6,000 steps it is the base model itself (`run` returns the base model's run).
 
 A world with many more facts (`FACT_VARIANTS`): the same question on a
@@ -73,10 +74,14 @@ VARIANTS.update({
     "dense_h2048": ({"n_experts": 0, "n_shared": 1, "expert_hidden": 2048}, 0.0),
     "moe_no_shared": ({"n_experts": 7, "top_k": 1, "expert_hidden": 128}, BALANCE),
 })
+# the sweep's two largest mixtures without a capacity limit, as the dense arms train (no token dropped)
+VARIANTS.update({f"{v}_uncapped": ({**VARIANTS[v][0], "capacity_factor": None}, VARIANTS[v][1])
+                 for v in ("moe_top1_e8", "moe_top1_e16")})
 # the sweep: E -> (top-1 mixture of E experts of hidden 256, dense MLP of hidden 256 * E); no dense of hidden 4,096
 # (a third of an hour per run on 2 cores)
 SWEEP = {1: ("dense", "dense"), 2: ("moe_top1_e2", "dense_h512"), 4: ("moe_top1", "dense_wide"),
          8: ("moe_top1_e8", "dense_h2048"), 16: ("moe_top1_e16", None)}
+UNCAPPED = {8: "moe_top1_e8_uncapped", 16: "moe_top1_e16_uncapped"}   # E -> the sweep's mixture with no limit
 LONGER = (4000, BASE_MODEL["steps"])     # the dense model's longer schedules
 
 
