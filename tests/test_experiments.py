@@ -3,9 +3,11 @@ oracle 1.0, "ok" every time the share of ok reviews) and never show the answer, 
 lines from a stand-in that writes only those, probes transfer only what the features hold."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn as nn
 
 from lib.measure import capabilities, evals, probes, protocols
 from lib.data import world
@@ -383,6 +385,22 @@ def test_masked_lm_errors_are_counted_by_the_corrupted_words(monkeypatch):
     assert any(words for words, _ in counts)           # 15 % masking corrupts one of the three words sometimes
     with pytest.raises(ValueError, match="only a masked LM"):
         protocols.masked_lm_errors_by_corruption(None, ex.run_config("t5_span"), reviews)
+
+
+def test_bert_with_masks_to_the_right_samples_the_first_mask():
+    words = [NEWLINE_WORD] + [TOKENIZER[w] for w in ("review", ":", "the", "soup", "was")] + [NEWLINE_WORD] * 2
+
+    class PositionWriter(nn.Module):           # at position j it is sure of words[j]: the line tells which were read
+        config = SimpleNamespace(context=len(words))
+
+        def forward(self, ids, mask):
+            logits = torch.zeros(*ids.shape, len(TOKENIZER.vocab))
+            logits[:, torch.arange(ids.shape[1]), torch.tensor(words[:ids.shape[1]])] = 50.0
+            return logits
+
+    for right in (False, True):
+        assert capabilities.generate_lines(PositionWriter(), "bidirectional", 2, masks_right=right) == \
+            [TOKENIZER.decode(words[1:6])] * 2
 
 
 def test_bert_writes_with_masks_to_the_right_only_when_asked():

@@ -186,5 +186,9 @@ def test_name_attention_is_the_share_on_the_name_when_attention_is_uniform():
     for row, name in zip(got, names):
         text = f"\nq: where does {name} live? a: "
         assert torch.allclose(row, torch.full_like(row, len(name) / len(text)))
-    trained = inside.name_attention(seeded_model(), names)       # random queries: not uniform, still a share
-    assert ((trained > 0) & (trained < 1)).all() and not torch.allclose(trained[0], got[0])
+    model = seeded_model()                                        # random queries: not uniform
+    text = "\nq: where does base live? a: "                       # the name at positions 15..18
+    _, attention = model.forward_with_attention(torch.tensor([CHARS.encode(text)]))
+    by_hand = torch.stack([a[0, :, -1, 15:19].sum(-1) for a in attention])
+    shifted = torch.stack([a[0, :, -1, 16:20].sum(-1) for a in attention])
+    assert torch.allclose(inside.name_attention(model, ["base"])[0], by_hand) and not torch.allclose(by_hand, shifted)

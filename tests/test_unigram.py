@@ -9,7 +9,7 @@ from fractions import Fraction as F
 import pytest
 
 from lib.data import bpe, world
-from lib.data.unigram import Unigram, em_step, seed_vocabulary, unigram_train
+from lib.data.unigram import Unigram, em_step, pieces_of, seed_vocabulary, sentencepiece_unigram, unigram_train
 
 LECTURE = {"a": F(1, 8), "b": F(1, 8), "c": F(1, 4), "ab": F(1, 2)}
 
@@ -112,3 +112,9 @@ def test_bad_input_gives_clear_errors():
         Unigram(LECTURE).sample("abx", random.Random(0))
     with pytest.raises(ValueError, match="smaller than the 3 characters"):
         unigram_train(Counter({"abc": 2}), vocab_size=2)
+
+
+def test_sentencepiece_unigram_gives_the_same_pieces_every_run():
+    lines = [line for line in world.build_world().train[:2000]]
+    first, again = (pieces_of(sentencepiece_unigram(lines, vocab_size=120)) for _ in range(2))
+    assert first == again and len(first) == 120 and " the" not in first     # " the" is always followed by a space

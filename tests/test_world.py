@@ -115,3 +115,13 @@ def test_slips_are_read_from_the_models_probabilities():
     summary = inference_evals.slip_summary(stays)
     assert summary["characters"] == 18
     assert abs(summary["slips per 1,000"] - 1000 * float((1 - torch.cat(stays)).mean())) < 1e-9
+
+
+def test_disagreeing_reviews_are_and_reviews_whose_adjectives_disagree():
+    items = world.disagreeing_reviews(40)
+    for i, (text, food_good) in enumerate(items):
+        words = text.replace(".", " .").split()
+        food_adjective, service_adjective = words[words.index("and") - 1], words[-3]
+        assert " and " in text and text.endswith("rating: ") and food_good == (i % 2 == 0)
+        assert world.FOOD_ADJECTIVES[food_adjective] == food_good != world.SERVICE_ADJECTIVES[service_adjective]
+    assert items == world.disagreeing_reviews(40) != world.disagreeing_reviews(40, seed=1)

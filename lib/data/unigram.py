@@ -15,10 +15,13 @@ Tokenizing takes the most probable segmentation (Viterbi); subword
 regularization samples one instead.  Training (`unigram_train`) starts from a
 large seed vocabulary of frequent substrings, estimates probabilities with EM
 and repeatedly drops the pieces whose removal costs the least likelihood.
+`sentencepiece_unigram` runs SentencePiece's own unigram trainer, the same way every time (section 01 compares
+the two).
 Words are short here (chunks of the mini internet), so plain products of
 probabilities do not underflow and no log space is needed.
 """
 
+import io
 import math
 from collections import Counter
 from fractions import Fraction
@@ -237,3 +240,21 @@ def unigram_train(word_counts: dict, vocab_size: int, seed_size: int = 2000, kee
         kept = sorted(loss, key=lambda piece: -loss[piece])[:keep]  # stable: ties keep vocabulary order
         kept_probabilities = {piece: model.probabilities[piece] for piece in kept}
         model = Unigram(kept_probabilities | {ch: model.probabilities[ch] for ch in characters})
+
+
+def sentencepiece_unigram(lines: list, vocab_size: int):
+    """SentencePiece's unigram trainer on `lines` (no dummy prefix, no BOS/EOS), one thread and the lines in their
+    order with no log, so the same lines give the same model every run; returns the SentencePieceProcessor."""
+    import sentencepiece as spm     # only section 01 needs it
+
+    model_file = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model_file, model_type="unigram", vocab_size=vocab_size,
+        character_coverage=1.0, add_dummy_prefix=False, bos_id=-1, eos_id=-1,
+        num_threads=1, shuffle_input_sentence=False, minloglevel=2)
+    return spm.SentencePieceProcessor(model_proto=model_file.getvalue())
+
+
+def pieces_of(processor) -> set:
+    """A SentencePiece model's pieces, with its ▁ written as a space."""
+    return {processor.id_to_piece(i).replace("▁", " ") for i in range(processor.get_piece_size())}

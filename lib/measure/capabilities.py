@@ -107,8 +107,8 @@ def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float =
 
     causal / prefix: left to right (a one-token prefix, so the prefix LM reads causally).
     bidirectional: iterated <mask>: append a <mask>, sample it, append the next (BERT has no
-    "next token"); with `masks_right` the rest of the window is <mask> too, so that the position sampled has
-    masked words on its right as in training, where a window is always full.  encoder-decoder: the source is a
+    "next token"); with `masks_right` the rest of the window is <mask> too: the window is full length, as every
+    training window is, though a right side all of <mask> never occurs in training.  encoder-decoder: the source is a
     line that is one whole missing span (`\\n <0> \\n`) and the decoder samples the span until a sentinel."""
     check_kind(kind)
     if temperature <= 0:

@@ -5,6 +5,7 @@
     scorer_accuracy(model, reviews)             # the discriminator as a zero-shot rating scorer
     probe_results(encoder, openings)            # section 04's linear probes, every readout and k
     table_probe_results(encoder)                # the token-embedding table: polarity and word class
+    table_service_polarity(encoder)             # the table on the service adjectives' polarity (not logged)
     polarity_mass(mlm, reviews)                 # does a masked LM put the food adjective's polarity right?
     swap_detection(model, reviews)              # does the discriminator tell a polarity swap from a synonym?
     review_losses(model, bert, ids, config, i)  # one review's generator, discriminator and BERT losses

@@ -13,7 +13,7 @@
 import torch
 
 from lib.data.tokenizers import CHARS
-from lib.measure import answers, evals, precision
+from lib.measure import answers, evals, precision, retrieval
 from lib.measure.ablations import ablate
 from lib.nn.models import ModelConfig, TinyGPT, split_heads
 from lib.nn.post_ln import PostLNGPT
@@ -192,10 +192,9 @@ def last_block_gradient(model, batch) -> float:
 def name_attention(model, names: list) -> torch.Tensor:
     """Each head's total attention on the person's name at the space before the answer, in
     `q: where does NAME live? a: ` (after a newline) for each name: (names, layers, heads)."""
-    out = []
+    out, start = [], len("\n" + retrieval.question("{}").split("{}")[0])     # where the name begins
     for name in names:
-        text = f"\nq: where does {name} live? a: "
-        start = text.index(name)
+        text = "\n" + retrieval.question(name) + " "
         _, attention = model.forward_with_attention(torch.tensor([CHARS.encode(text)]))
         out.append(torch.stack([a[0, :, -1, start:start + len(name)].sum(-1) for a in attention]))
     return torch.stack(out)

@@ -191,9 +191,17 @@ def rating_predictions(model, kind: str, reviews: list) -> list:
 def ratings_by_connective(model, kind: str, reviews: list) -> Counter:
     """Counter {(connective, true rating, predicted rating): reviews} of `rating_predictions`, the connective
     being "and" (the two adjectives agree: good or bad) or "but" (they disagree: ok)."""
-    predicted = rating_predictions(model, kind, reviews)
+    return count_by_connective(rating_predictions(model, kind, reviews), reviews)
+
+
+def count_by_connective(answers: list, reviews: list) -> Counter:
+    """Counter {(connective, true rating, answer): reviews}: what was said to each kind of review.
+
+    >>> count_by_connective(["ok"], ["review: the soup was tasty and the host was kind. rating: good."])
+    Counter({('and', 'good', 'ok'): 1})
+    """
     return Counter(("and" if " and " in review else "but", true_rating(review), said)
-                   for review, said in zip(reviews, predicted))
+                   for review, said in zip(reviews, answers))
 
 
 def rating_margin_auc(model, kind: str, reviews: list) -> float:

@@ -2,11 +2,8 @@
 
 - `tokens_per_line`: how many tokens a tokenizer cuts a line into, on average;
 - `cost_ratios`: what character-level tokens cost against another tokenizer, in tokens and in attention;
-- `conditional_segmentations`: a unigram model's segmentations of one word, with P(segmentation | word);
-- `sentencepiece_unigram`, `pieces_of`: SentencePiece's unigram trainer, run the same way every time.
+- `conditional_segmentations`: a unigram model's segmentations of one word, with P(segmentation | word).
 """
-
-import io
 
 
 def tokens_per_line(tokenizer, lines: list) -> float:
@@ -44,20 +41,3 @@ def conditional_segmentations(model, word: str) -> list:
     total = sum(p for _, p in segmentations)
     return [(pieces, float(p / total)) for pieces, p in segmentations]
 
-
-def sentencepiece_unigram(lines: list, vocab_size: int):
-    """SentencePiece's unigram trainer on `lines` (no dummy prefix, no BOS/EOS), one thread and the lines in their
-    order with no log, so the same lines give the same model every run; returns the SentencePieceProcessor."""
-    import sentencepiece as spm     # only section 01 needs it
-
-    model_file = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=model_file, model_type="unigram", vocab_size=vocab_size,
-        character_coverage=1.0, add_dummy_prefix=False, bos_id=-1, eos_id=-1,
-        num_threads=1, shuffle_input_sentence=False, minloglevel=2)
-    return spm.SentencePieceProcessor(model_proto=model_file.getvalue())
-
-
-def pieces_of(processor) -> set:
-    """A SentencePiece model's pieces, with its ▁ written as a space."""
-    return {processor.id_to_piece(i).replace("▁", " ") for i in range(processor.get_piece_size())}

@@ -11,7 +11,8 @@ the form of one of the training formats:
 and `mode` puts "R", "S" or "X"'s mode token first in the source, or none
 (None).  A UL2 model trained with [R] and [X] on span examples and [S] on
 prefix examples can be asked with the mode that matches the form, with none,
-or with a mismatched one: `mode_table` measures all of them.
+or with a mismatched one: `mode_table` measures all of them; `answers_by_kind` counts what the rating slot says
+to each kind of review ("and" good or bad, "but" ok).
 
     >>> source, start = ask_slot(line_ids("base lives in jelka."), 4, "span", "R")
     >>> TOKENIZER.decode(source), TOKENIZER.decode(start)
@@ -26,7 +27,8 @@ import torch.nn.functional as F
 from lib.data import world
 from lib.measure.capabilities import ADJECTIVE_IDS, scored_candidates
 from lib.measure.evals import line_quality
-from lib.measure.protocols import RATING_IDS, good_above_bad, line_ids, margins_of, review_slots, true_rating
+from lib.measure.protocols import (RATING_IDS, count_by_connective, good_above_bad, line_ids, margins_of,
+                                   review_slots, true_rating)
 from lib.objectives.batches import masked_cross_entropy
 from lib.data.tokenizers import BOS, FIRST_ORDINARY, MODE_TOKENS, NEWLINE_WORD, SENTINELS, TOKENIZER
 from lib.objectives.ul2 import (FORMS, ask_slot, decoder_logits, question_logits, questions, with_mode,
@@ -91,17 +93,16 @@ def rating_breakdown(answers: list, reviews: list) -> tuple:
 
 def answers_by_kind(answers: list, reviews: list) -> dict:
     """{(connective, true rating): {answer: count}}: what a model says to each kind of review (an "and" review is
-    good or bad, a "but" review always ok), so that a rule learned in part (but -> ok) shows apart from polarity.
+    good or bad, a "but" review always ok), so that a rule learned in part (but -> ok) shows apart from polarity
+    (`protocols.count_by_connective`, one row per kind).
 
     >>> answers_by_kind(["ok", "ok"], ["review: the soup was tasty and the host was kind. rating: good.",
     ...                                "review: the soup was tasty but the host was rude. rating: ok."])
     {('and', 'good'): {'good': 0, 'ok': 1, 'bad': 0}, ('but', 'ok'): {'good': 0, 'ok': 1, 'bad': 0}}
     """
-    out = {}
-    for answer, review in sorted(zip(answers, reviews), key=lambda pair: (" but " in pair[1], pair[1])):
-        kind = ("but" if " but " in review else "and", true_rating(review))
-        out.setdefault(kind, {"good": 0, "ok": 0, "bad": 0})[answer] += 1
-    return dict(sorted(out.items()))
+    counts = count_by_connective(answers, reviews)
+    return {kind: {said: counts[(*kind, said)] for said in world.RATINGS}
+            for kind in sorted({(connective, truth) for connective, truth, _ in counts})}
 
 
 def rating_margin_auc(model, reviews: list, form: str, mode=None) -> float:

@@ -3,6 +3,7 @@
     yardstick.result("compare_bert_seed1")            # {"rows": [...], ...}: the final checkpoint
     yardstick.result("compare_bert_seed1", step=0)    # the same run's untrained network: the floor
     yardstick.result("compare_bert_seed1", head=True) # BERT read through a new classifier head, as in its paper
+    yardstick.swept_rows("compare_t5_span")           # T5 (spans) over the grid and LOW_RATES below it
     python -m lib.recipes --yardstick                  # compute what is missing or stale (pinned processes)
     python -m lib.recipes --yardstick --reproduce DIR [--sample N]   # recompute into DIR and compare
 
@@ -58,6 +59,8 @@ class Entry:
     @property
     def name(self) -> str:
         asked = "" if self.kind is None else "_" + self.form            # _span, _prefix or _unmasked
+        if self.rates not in (None, LOW_RATES):
+            raise ValueError(f"an entry sweeps the grid or LOW_RATES {LOW_RATES}, not {self.rates}")
         return (self.run.name + asked + ("" if self.step is None else f"_at{self.step}") + ("_head" if self.head else "")
                 + ("" if self.rates is None else "_low"))
 
@@ -278,10 +281,16 @@ def chosen_rate(name: str, step=None, n: int = N, head: bool = False, form: str 
     return chosen_rows(name, step, n, head, form)[0]["lr"]
 
 
-def scores_by_rate(name: str, step=None, n: int = N, group: str = "and", form: str = None, low: bool = False) -> dict:
+def swept_rows(name: str, n: int = N) -> list:
+    """The fine-tunes of run `name`'s final checkpoint with n labels over the grid and LOW_RATES together (the
+    entries of `entries()` with `rates=LOW_RATES`): `finetune.chosen(swept_rows(name), n)` chooses among all."""
+    return [r for low in (False, True) for r in result(name, low=low)["rows"] if r["n"] == n]
+
+
+def scores_by_rate(name: str, step=None, n: int = N, group: str = "and", form: str = None) -> dict:
     """{learning rate: the test scores on `group` reviews of each label split}, every rate swept (not only the
-    chosen one): what the choice on validation reviews selects among (`low`: the rates below the grid)."""
-    rows = [r for r in result(name, step, form=form, low=low)["rows"] if r["n"] == n]
+    chosen one): what the choice on validation reviews selects among."""
+    rows = [r for r in result(name, step, form=form)["rows"] if r["n"] == n]
     return {lr: [r["test"][group] for r in sorted(rows, key=lambda r: r["split"]) if r["lr"] == lr]
             for lr in sorted({r["lr"] for r in rows})}
 
