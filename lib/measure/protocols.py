@@ -89,12 +89,13 @@ def line_ids(line: str) -> list:
 
 
 def review_slots(ids: list) -> dict:
-    """Positions of the food adjective and the rating in a review's `line_ids`.
+    """Positions of the words that decide the rating, and of the rating, in a review's `line_ids`.
 
     >>> review_slots(line_ids("review: the soup was tasty and the host was kind. rating: good."))
-    {'food_adjective': 6, 'rating': 15}
+    {'food_adjective': 6, 'connective': 7, 'service_adjective': 11, 'rating': 15}
     """
-    return {"food_adjective": ids.index(TOKENIZER["was"]) + 1, "rating": ids.index(TOKENIZER["rating"]) + 2}
+    food, rating = ids.index(TOKENIZER["was"]) + 1, ids.index(TOKENIZER["rating"]) + 2
+    return {"food_adjective": food, "connective": food + 1, "service_adjective": rating - 4, "rating": rating}
 
 
 def char_line_ids(line: str) -> list:
@@ -237,9 +238,10 @@ def margins_of(logits) -> list:
 
 def untrained_margin_aucs(build, kind: str, reviews: list, inits) -> list:
     """`rating_margin_auc` of untrained networks, one per seed in `inits` (`build()` draws from the global RNG).
-    The control for a trained model's AUC: the "and" reviews share a handful of adjectives, so a random
-    network's margin is a fixed function of which adjectives a review has, and its AUC strays from 0.5 much
-    further than a shuffle of the labels does (`auc_null_range`)."""
+    The control for a trained model's AUC: good "and" reviews use only positive adjectives and bad ones only
+    negative ones (28 in all), so a random network's margin is mostly a fixed function of which adjectives a
+    review has: its AUC behaves like a draw over 28 words, not over the reviews, and strays from 0.5 much further
+    than a shuffle of the labels does (`auc_null_range`)."""
     return [rating_margin_auc(model, kind, reviews) for model in precision.untrained(build, inits)]
 
 
@@ -274,6 +276,18 @@ def rating_accuracy(model, kind: str, reviews: list) -> float:
     """Share of reviews whose rating slot gets the right word (the shared protocol, the same question for all kinds)."""
     predicted = rating_predictions(model, kind, reviews)
     return sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews)
+
+
+def rating_accuracy_hiding(model, reviews: list, hidden: tuple) -> float:
+    """A masked LM asked the shared question with more of the review hidden: the words at the `hidden` slots of
+    `review_slots` ("connective", "food_adjective", "service_adjective") are <mask> too; the share rated right.
+    With the connective hidden the two adjectives still settle the rating (they agree: good or bad; they
+    disagree: ok); with one adjective hidden the connective and the other one do."""
+    ids = [line_ids(r) for r in reviews]
+    asked = [[MASK if i in {review_slots(s)[h] for h in hidden} else t for i, t in enumerate(s)] for s in ids]
+    logits = slot_logits(model, "bidirectional", asked, [review_slots(s)["rating"] for s in ids])[:, RATING_IDS]
+    said = [world.RATINGS[i] for i in logits.argmax(-1).tolist()]
+    return sum(a == true_rating(r) for a, r in zip(said, reviews)) / len(reviews)
 
 
 def always_ok_accuracy(reviews: list) -> float:
@@ -417,7 +431,6 @@ def masked_lm_errors_by_corruption(model, objective: dict, reviews: list) -> Cou
     predicted = training_format_predictions(model, objective, reviews)
     out = Counter()
     for seq, seen, slot, said, review in zip(ids, inputs, slots, predicted, reviews):
-        roles = {"food adjective": slot["food_adjective"], "connective": slot["food_adjective"] + 1,
-                 "service adjective": slot["rating"] - 4}
+        roles = {name.replace("_", " "): slot[name] for name in ("food_adjective", "connective", "service_adjective")}
         out[tuple(name for name, i in roles.items() if seen[i] != seq[i]), said == true_rating(review)] += 1
     return out
