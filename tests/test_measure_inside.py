@@ -192,3 +192,16 @@ def test_name_attention_is_the_share_on_the_name_when_attention_is_uniform():
     by_hand = torch.stack([a[0, :, -1, 15:19].sum(-1) for a in attention])
     shifted = torch.stack([a[0, :, -1, 16:20].sum(-1) for a in attention])
     assert torch.allclose(inside.name_attention(model, ["base"])[0], by_hand) and not torch.allclose(by_hand, shifted)
+
+
+
+def test_city_choice_blocks_only_the_named_layer_from_the_name():
+    from lib import recipes
+    from lib.data import world
+    model, names = recipes.load("base")[0], world.build_world().names[:12]
+    intact = inside.city_choice(model, names)
+    assert intact == 1.0 == inside.city_choice(model, names, blocked_layer=None)
+    # the base model (seed 0) reads the name in layer 1 (section 02): kept from it there, it loses people;
+    # kept from it in layer 0 at the answer rows only, it does not (layer 0 moved it earlier)
+    assert inside.city_choice(model, names, blocked_layer=1) < 0.9
+    assert inside.city_choice(model, names, blocked_layer=0) == 1.0

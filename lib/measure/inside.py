@@ -7,15 +7,18 @@
 - `prediction_confidence`: how often the likeliest next character is right, and how sure the model is;
 - `ablated` + `ablation_measurements`: the base model with parts switched off by name (the slider's settings),
   and its bits/char and fact completion, each setting measured once;
-- `name_attention`: each head's attention on the person's name where the answer starts, one row per person.
+- `name_attention`: each head's attention on the person's name where the answer starts, one row per person;
+- `city_choice`: the likeliest of the 12 cities as the answer, optionally with one layer kept from reading the name.
 """
 
 import torch
 
+from lib.data import world
 from lib.data.tokenizers import CHARS
 from lib.measure import answers, evals, precision, retrieval
 from lib.measure.ablations import ablate
-from lib.nn.models import ModelConfig, TinyGPT, split_heads
+from lib.nn.masks import causal_mask
+from lib.nn.models import MaskedTransformer, ModelConfig, TinyGPT, split_heads
 from lib.nn.post_ln import PostLNGPT
 from lib.objectives.batches import next_token_loss
 
@@ -198,3 +201,30 @@ def name_attention(model, names: list) -> torch.Tensor:
         _, attention = model.forward_with_attention(torch.tensor([CHARS.encode(text)]))
         out.append(torch.stack([a[0, :, -1, start:start + len(name)].sum(-1) for a in attention]))
     return torch.stack(out)
+
+
+@torch.no_grad()
+def city_choice(model, names: list, blocked_layer: int = None) -> float:
+    """The share of `names` whose true city is the likeliest answer to `q: where does NAME live? a:`, scoring each
+    of the 12 cities by the log-probability of ` CITY.` and its newline.  With `blocked_layer`, that layer's
+    attention may not read the name's characters from the answer's first position on (every other position and
+    layer as trained): does the name reach the answer through that layer's attention to the name itself?"""
+    home, right = world.build_world().home, 0
+    for name in names:
+        prompt = "\n" + retrieval.question(name)
+        start = len("\n" + retrieval.question("{}").split("{}")[0])
+        texts = [prompt + f" {city}.\n" for city in world.CITIES]
+        scores = []
+        for text in texts:
+            idx = torch.tensor([CHARS.encode(text)])
+            T = idx.shape[1]
+            masks = [causal_mask(T)] * model.config.n_layers
+            if blocked_layer is not None:
+                cut = causal_mask(T).clone()
+                cut[len(prompt) - 1:, start:start + len(name)] = False      # rows that predict the answer
+                masks = [cut if layer == blocked_layer else m for layer, m in enumerate(masks)]
+            logp = MaskedTransformer.forward(model, idx, masks)[0].log_softmax(-1)
+            answer = range(len(prompt) - 1, T - 1)               # the logits that predict ' CITY.\n'
+            scores.append(sum(float(logp[i, idx[0, i + 1]]) for i in answer))
+        right += world.CITIES[max(range(len(scores)), key=scores.__getitem__)] == home[name]
+    return right / len(names)
