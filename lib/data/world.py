@@ -92,9 +92,10 @@ def disagreeing_reviews(n: int, seed: int = 0) -> list:
     """
     rng = random.Random(seed)
     pick = lambda words, good: rng.choice([w for w, g in words.items() if g == good])
-    return [(f"review: the {rng.choice(FOODS)} was {pick(FOOD_ADJECTIVES, i % 2 == 0)} and the "
-             f"{rng.choice(SERVICE_NOUNS)} was {pick(SERVICE_ADJECTIVES, i % 2 == 1)}. rating: ", i % 2 == 0)
-            for i in range(n)]
+    made = [make_review(rng.choice(FOODS), pick(FOOD_ADJECTIVES, i % 2 == 0), rng.choice(SERVICE_NOUNS),
+                        pick(SERVICE_ADJECTIVES, i % 2 == 1)) for i in range(n)]          # each a "but" review
+    return [(review.replace(" but ", " and ").split("rating: ")[0] + "rating: ", i % 2 == 0)
+            for i, review in enumerate(made)]
 
 
 def rating_of(review: str) -> str:

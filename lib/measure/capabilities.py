@@ -102,7 +102,8 @@ def candidate_scoring(model, kind: str, reviews: list) -> float:
 
 
 @torch.no_grad()
-def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float = 1.0, masks_right: bool = False) -> list:
+def generate_lines(model, kind: str, n: int, seed: int = 0, temperature: float = 1.0,
+                   masks_right: bool = False) -> list:
     """n lines sampled from nothing (after a newline), each up to the model's context.
 
     causal / prefix: left to right (a one-token prefix, so the prefix LM reads causally).

@@ -158,9 +158,13 @@ def probe_results(encoder, openings: list) -> dict:
 def table_probe_results(encoder) -> dict:
     """The token-embedding table probed with held-out words (`probes.table_scores`, mean of 100 draws): the
     food adjectives' polarity and the word class (food vs service adjective)."""
-    return {f"table_{name}": sum(scores) / len(scores) for name, labels in
-            (("polarity", world.FOOD_ADJECTIVES), ("word_class", probes.WORD_CLASS))
-            for scores in [probes.table_scores(encoder, labels)]}
+    return {f"table_{name}": _table_mean(encoder, labels) for name, labels in
+            (("polarity", world.FOOD_ADJECTIVES), ("word_class", probes.WORD_CLASS))}
+
+
+def _table_mean(encoder, labels: dict) -> float:
+    scores = probes.table_scores(encoder, labels)
+    return sum(scores) / len(scores)
 
 
 @torch.no_grad()
@@ -196,8 +200,7 @@ def table_service_polarity(encoder) -> float:
     """The token-embedding table probed for the service adjectives' polarity (`probes.table_scores` on the 12
     service adjectives, mean of 100 draws): the training logs probe the food adjectives only, and the rating of an
     "and" review is settled by either adjective (the service one stands 4 tokens before it)."""
-    scores = probes.table_scores(encoder, world.SERVICE_ADJECTIVES)
-    return sum(scores) / len(scores)
+    return _table_mean(encoder, world.SERVICE_ADJECTIVES)
 
 
 def untrained_scores(build, inits) -> dict:

@@ -191,11 +191,14 @@ def last_block_gradient(model, batch) -> float:
     return float(torch.cat([g.flatten() for g in torch.autograd.grad(next_token_loss(model, batch), params)]).norm())
 
 
+NAME_AT = len("\n" + retrieval.question("{}").split("{}")[0])   # where the name begins in "\n" + the question
+
+
 @torch.no_grad()
 def name_attention(model, names: list) -> torch.Tensor:
     """Each head's total attention on the person's name at the space before the answer, in
     `q: where does NAME live? a: ` (after a newline) for each name: (names, layers, heads)."""
-    out, start = [], len("\n" + retrieval.question("{}").split("{}")[0])     # where the name begins
+    out, start = [], NAME_AT
     for name in names:
         text = "\n" + retrieval.question(name) + " "
         _, attention = model.forward_with_attention(torch.tensor([CHARS.encode(text)]))
@@ -211,8 +214,7 @@ def city_choice(model, names: list, blocked_layer: int = None) -> float:
     layer as trained): does the name reach the answer through that layer's attention to the name itself?"""
     home, right = world.build_world().home, 0
     for name in names:
-        prompt = "\n" + retrieval.question(name)
-        start = len("\n" + retrieval.question("{}").split("{}")[0])
+        prompt, start = "\n" + retrieval.question(name), NAME_AT
         texts = [prompt + f" {city}.\n" for city in world.CITIES]
         scores = []
         for text in texts:

@@ -182,9 +182,18 @@ def _slot_logits(model, kind: str, sequences: list, slots: list):
     return decoder_logits(model, filled, [[BOS, SENTINELS[0]]] * len(filled))[:, 1]
 
 
-def rating_predictions(model, kind: str, reviews: list) -> list:
-    """The rating word each model puts in each review's rating slot: argmax over good / ok / bad only."""
+def rating_predictions(model, kind: str, reviews: list, hidden: tuple = ()) -> list:
+    """The rating word each model puts in each review's rating slot: argmax over good / ok / bad only.  `hidden`
+    (a masked LM only): slots of `review_slots` ("connective", "food_adjective", "service_adjective") that are
+    <mask> too, so the rating must come from what is left."""
     ids = [line_ids(r) for r in reviews]
+    if hidden:
+        if kind != "bidirectional":
+            raise ValueError(f"only a masked LM reads <mask> in place of a word, not a {kind!r} model")
+        ids = [s[:] for s in ids]
+        for s in ids:
+            for slot in hidden:
+                s[review_slots(s)[slot]] = MASK
     logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])[:, RATING_IDS]
     return [world.RATINGS[i] for i in logits.argmax(-1).tolist()]
 
@@ -272,22 +281,12 @@ def true_rating(review: str) -> str:
     return review.rsplit(" ", 1)[1].rstrip(".")
 
 
-def rating_accuracy(model, kind: str, reviews: list) -> float:
-    """Share of reviews whose rating slot gets the right word (the shared protocol, the same question for all kinds)."""
-    predicted = rating_predictions(model, kind, reviews)
+def rating_accuracy(model, kind: str, reviews: list, hidden: tuple = ()) -> float:
+    """Share of reviews whose rating slot gets the right word (the shared protocol, the same question for all kinds;
+    `hidden` as in `rating_predictions`: with the connective hidden the two adjectives still settle the rating, with
+    one adjective hidden the connective and the other one do)."""
+    predicted = rating_predictions(model, kind, reviews, hidden)
     return sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews)
-
-
-def rating_accuracy_hiding(model, reviews: list, hidden: tuple) -> float:
-    """A masked LM asked the shared question with more of the review hidden: the words at the `hidden` slots of
-    `review_slots` ("connective", "food_adjective", "service_adjective") are <mask> too; the share rated right.
-    With the connective hidden the two adjectives still settle the rating (they agree: good or bad; they
-    disagree: ok); with one adjective hidden the connective and the other one do."""
-    ids = [line_ids(r) for r in reviews]
-    asked = [[MASK if i in {review_slots(s)[h] for h in hidden} else t for i, t in enumerate(s)] for s in ids]
-    logits = slot_logits(model, "bidirectional", asked, [review_slots(s)["rating"] for s in ids])[:, RATING_IDS]
-    said = [world.RATINGS[i] for i in logits.argmax(-1).tolist()]
-    return sum(a == true_rating(r) for a, r in zip(said, reviews)) / len(reviews)
 
 
 def always_ok_accuracy(reviews: list) -> float:

@@ -40,4 +40,3 @@ def conditional_segmentations(model, word: str) -> list:
     segmentations = model.segmentations(word)
     total = sum(p for _, p in segmentations)
     return [(pieces, float(p / total)) for pieces, p in segmentations]
-

@@ -56,11 +56,13 @@ class Entry:
     labels_scored: bool = False   # each fine-tune also scored on the reviews it was fine-tuned on (`finetune.sweep`)
     rates: tuple = None # the learning rates swept, where not `finetune.LEARNING_RATES` (`LOW_RATES`: below its grid)
 
+    def __post_init__(self):
+        if self.rates not in (None, LOW_RATES):
+            raise ValueError(f"an entry sweeps the grid or LOW_RATES {LOW_RATES}, not {self.rates}")
+
     @property
     def name(self) -> str:
         asked = "" if self.kind is None else "_" + self.form            # _span, _prefix or _unmasked
-        if self.rates not in (None, LOW_RATES):
-            raise ValueError(f"an entry sweeps the grid or LOW_RATES {LOW_RATES}, not {self.rates}")
         return (self.run.name + asked + ("" if self.step is None else f"_at{self.step}") + ("_head" if self.head else "")
                 + ("" if self.rates is None else "_low"))
 
@@ -230,14 +232,19 @@ def estimated_seconds(e: Entry) -> float:
     return 5 + slower * (tunes * sum(0.45 + 0.029 * n for n in e.ns) + 0.03 * (e.step or 0))
 
 
+def _call(e: Entry, directory=None) -> tuple:
+    """The measuring process's call that computes entry `e` (`compute`, into `directory` if given)."""
+    return (e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form,
+                              "low": e.rates is not None, "directory": None if directory is None else str(directory)})
+
+
 def fill(processes_count: int = 2, directory=None, only=None) -> list:
     """Compute the missing or stale entries (or those of the runs named in `only`) in pinned processes,
     most expensive first; returns their names."""
     todo = [e for e in missing(directory) if not only or e.run.name in only]
     cost = {e.name: estimated_seconds(e) for e in todo}
     todo.sort(key=lambda e: -cost[e.name])
-    calls = [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form, "low": e.rates is not None,
-                                "directory": None if directory is None else str(directory)}) for e in todo]
+    calls = [_call(e, directory) for e in todo]
     failures = processes.call_in_processes(calls, processes_count, cost)
     if failures:
         raise RuntimeError(f"fine-tuning failed for {failures}; the others were saved")
@@ -325,10 +332,7 @@ def reproduce(directory, sample: int = None, seed: int = 0) -> bool:
     print(f"{len(chosen)} yardstick entries: {', '.join(e.name for e in chosen)}")
     directory = Path(directory)
     todo = [e for e in chosen if _read(e, directory) is None]
-    failures = processes.call_in_processes(
-        [(e.name, compute, {"name": e.run.name, "step": e.step, "head": e.head, "form": e.form, "low": e.rates is not None,
-                            "directory": str(directory)})
-         for e in todo], 2)
+    failures = processes.call_in_processes([_call(e, directory) for e in todo], 2)
     if failures:
         raise RuntimeError(f"fine-tuning failed for {failures}")
     here, unexplained = processes.cpu_name(), []
