@@ -126,7 +126,7 @@ def test_every_trainer_declares_a_version():
     from lib import recipes
     assert all(isinstance(r.train_fn.trainer_version, int) for r in recipes.all_runs())
     names = {r.train_fn.trainer_name for r in recipes.all_runs()}
-    assert names == {"char_lm", "comparison", "electra", "ul2", "dual_encoder", "reader", "sft", "preference"}
+    assert names == {"char_lm", "comparison", "electra", "ul2", "dual_encoder", "reader", "sft", "preference", "patches"}
 
 
 def cycles(lib_dir: Path) -> list:

@@ -253,10 +253,13 @@ def row_at(log: list, step: int) -> dict:
     raise KeyError(f"no row at step {step}; the log has steps {[row['step'] for row in log]}")
 
 
-def first_step_reaching(log: list, key: str, level: float) -> int:
-    """The first logged step whose `key` is at least `level`, or None if no row reaches it.
+def first_step_reaching(log: list, key: str, level: float, below: bool = False) -> int:
+    """The first logged step whose `key` is at least `level` (`below`: at most, for a loss), or None if no row
+    reaches it; rows without `key` are skipped.
 
     >>> first_step_reaching([{"step": 50, "acc": 0.5}, {"step": 100, "acc": 0.96}], "acc", 0.95)
     100
+    >>> first_step_reaching([{"step": 0}, {"step": 50, "loss": 2.0}, {"step": 100, "loss": 0.9}], "loss", 1.0, below=True)
+    100
     """
-    return next((row["step"] for row in log if row[key] >= level), None)
+    return next((row["step"] for row in log if key in row and (row[key] <= level if below else row[key] >= level)), None)

@@ -297,3 +297,31 @@ def log_panels(logs: dict, keys: dict, columns: int = 3):
     fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="upper center", ncol=len(logs), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
+
+
+LAYOUT_COLORS = {"read": "#f0f0f0", "target": "#9ecae1", "sentinel": "#fdae6b", "mask": "#bcbddc",
+                 "hidden": "#d9d9d9", "answer": "#a1d99b"}
+
+
+def token_layout(rows: list, title: str = "", width: float = 0.62):
+    """A picture of sequences token by token: rows = [(label, [(token, role), ...]), ...], each box coloured by
+    its role (LAYOUT_COLORS: read, target, sentinel, mask, hidden, answer; a role may be None: no box), the
+    row's label on the left.  For the input/target layouts of an objective, before its code."""
+    longest = max(len(tokens) for _, tokens in rows)
+    fig, ax = plt.subplots(figsize=(width * longest + 2.2, 0.42 * len(rows) + 0.7))
+    used = []
+    for r, (label, tokens) in enumerate(rows):
+        ax.text(-0.7, r, label, ha="right", va="center", fontsize=8)
+        for c, (token, role) in enumerate(tokens):
+            if role is not None:
+                ax.add_patch(Rectangle((c - 0.47, r - 0.38), 0.94, 0.76, facecolor=LAYOUT_COLORS[role],
+                                       edgecolor="0.6", linewidth=0.6))
+                used += [role] if role not in used else []
+            ax.text(c, r, show_token(token), ha="center", va="center", fontsize=7.5)
+    ax.set_xlim(-0.6, longest - 0.4)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.axis("off")
+    handles = [Rectangle((0, 0), 1, 1, facecolor=LAYOUT_COLORS[role], edgecolor="0.6") for role in used]
+    ax.legend(handles, used, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(used), fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=9)
+    return fig

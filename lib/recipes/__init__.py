@@ -7,7 +7,7 @@
 
 A section's runs are a table in its own module (nanoGPT's config/*.py over one
 train.py): `base` (section 00), `inside` (02), `comparison` (04), `electra`
-(05), `ul2` (06), `moe` and `retrieval` (07), `modern` (09), `inference` (10), `finetuning` (11).  Each module exports `runs()`;
+(05), `ul2` (06), `moe` and `retrieval` (07), `patches` (08), `modern` (09), `inference` (10), `finetuning` (11).  Each module exports `runs()`;
 most also `run_name(...)` and `run_config(...)`, which say how a run of the
 table is named and configured.
 """
@@ -15,11 +15,11 @@ table is named and configured.
 import difflib
 import functools
 
-from lib.recipes import base, comparison, electra, finetuning, inference, inside, modern, moe, retrieval, ul2
+from lib.recipes import base, comparison, electra, finetuning, inference, inside, modern, moe, patches, retrieval, ul2
 from lib.measure import precision
 from lib.train import cache, processes
 
-SECTIONS = {"00": base, "02": inside, "04": comparison, "05": electra, "06": ul2, "07": (moe, retrieval), "09": modern, "10": inference, "11": finetuning}
+SECTIONS = {"00": base, "02": inside, "04": comparison, "05": electra, "06": ul2, "07": (moe, retrieval), "08": patches, "09": modern, "10": inference, "11": finetuning}
 
 
 def all_runs() -> list:

@@ -1,4 +1,4 @@
-"""The fine-tuning yardstick (section 04's third protocol), cached: checkpoints of sections 04-06 and 09 fine-tuned (`lib.measure.finetune`).
+"""The fine-tuning yardstick (section 04's third protocol), cached: checkpoints of sections 04-06, 08 and 09 fine-tuned (`lib.measure.finetune`).
 
     yardstick.result("compare_bert_seed1")            # {"rows": [...], ...}: the final checkpoint
     yardstick.result("compare_bert_seed1", step=0)    # the same run's untrained network: the floor
@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from lib.measure import finetune, protocols
 from lib.nn.electra import Electra
-from lib.recipes import comparison, electra, modern, ul2
+from lib.recipes import comparison, electra, modern, patches, ul2
 from lib.train import cache, processes
 from lib.train.cache import CHECKPOINT_DIR, Run, StaleCheckpoint
 
@@ -118,7 +118,7 @@ def entries() -> list:
         out += [Entry(comparison.run("bert", mlm_rate=0.40, seed=seed), None, (N,)),
                 Entry(comparison.run("t5_span", steps=6000, seed=seed), None, (N,)),
                 Entry(comparison.run("t5_span", seed=seed), None, (N,), rates=LOW_RATES)]
-    return out + floor_entries() + ul2_entries() + modern_entries()
+    return out + floor_entries() + ul2_entries() + modern_entries() + patch_entries()
 
 
 def floor_entries() -> list:
@@ -155,6 +155,14 @@ def modern_entries() -> list:
            for rung in modern.RUNGS for seed in modern.SEEDS]
     return out + [Entry(modern.run(rung, seed), 0, (N,), kind=protocols.CHARACTERS)
                   for rung in (modern.RUNGS[0], modern.RUNGS[-1]) for seed in modern.SEEDS]
+
+
+def patch_entries() -> list:
+    """Section 08: every run (three seeds) at its final checkpoint with N labels, read as its config's kind; and
+    the adaptations at step 0, which is section 04's trained GPT read with the new mask before any adaptation."""
+    out = [Entry(patches.run(arm, seed), None, (N,)) for arm in patches.ARMS for seed in patches.SEEDS]
+    return out + [Entry(patches.run(arm, seed), 0, (N,)) for arm in patches.ARMS if patches.ARMS[arm][4]
+                  for seed in patches.SEEDS]
 
 
 def entry(name: str, step=None, head: bool = False, form: str = None, low: bool = False) -> Entry:

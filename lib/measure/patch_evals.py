@@ -1,0 +1,177 @@
+"""Section 08's measurements: held-out losses of the patched decoders, filling in, self-drafting, diffusion writing.
+
+    windows = held_out_windows(33)              # fixed windows of the validation reviews
+    next_token_nats(model, windows)             # a causal model's left-to-right loss, nats per token
+    head_nats(model, windows)                   # a multi-token model's loss per head (t+1, t+2, ...)
+    masked_nats(model, windows[:, :32])         # a bidirectional model's loss on 15 % <mask> (BERT's question)
+"""
+
+import torch
+import torch.nn.functional as F
+
+from lib.data import world
+from lib.data.tokenizers import MASK, NEWLINE_WORD, TOKENIZER
+from lib.measure import capabilities, protocols
+from lib.nn.diffusion import diffusion_generate
+from lib.nn.masks import bidirectional_mask, causal_mask
+from lib.objectives import batches
+from lib.objectives.patches import FIM_MID, FIM_MODES, FIM_PRE, FIM_SUF, multi_token_targets
+
+EVAL_WINDOWS = 64
+
+
+def held_out_windows(length: int, count: int = EVAL_WINDOWS, seed: int = 0) -> torch.Tensor:
+    """(count, length) windows of the validation reviews at fixed random offsets."""
+    return batches.random_windows(batches.review_stream("val"), length, count, torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def next_token_nats(model, windows) -> float:
+    """Mean cross-entropy (nats) of each next token of the windows, read left to right."""
+    T = windows.shape[1] - 1
+    logits = model(windows[:, :-1], causal_mask(T))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)).item()
+
+
+@torch.no_grad()
+def head_nats(model, windows) -> list:
+    """A `MultiTokenTransformer`'s mean cross-entropy per head: [t+1, t+2, ..., t+n] (windows of T + n tokens)."""
+    inputs, targets = multi_token_targets(windows, model.config.heads)
+    logits = model.head_logits(inputs, causal_mask(inputs.shape[1]))
+    return [F.cross_entropy(l.reshape(-1, l.shape[-1]), targets[:, k].reshape(-1)).item() for k, l in enumerate(logits)]
+
+
+@torch.no_grad()
+def masked_nats(model, windows, rate: float = 0.15, seed: int = 0) -> float:
+    """Mean cross-entropy (nats) at a fixed `rate` of positions replaced by <mask>, read bidirectionally."""
+    chosen = torch.rand(windows.shape, generator=torch.Generator().manual_seed(seed)) < rate
+    logits = model(torch.where(chosen, MASK, windows), bidirectional_mask(windows.shape[1]))
+    return F.cross_entropy(logits[chosen], windows[chosen]).item()
+
+
+READINGS = ("left", "psm", "spm", "masked")   # how the food adjective is asked: see `fill_logits`
+CONTEXTS = ("full", "rating")                  # what stays visible right of it
+
+
+def hidden_span(ids: list, context: str) -> tuple:
+    """(slot, resume) of a review's `line_ids`: the food adjective's position and the first position after it that
+    stays visible.  "full": everything after the adjective; "rating": only "rating: <rating>." (the connective,
+    the service clause and its period are hidden too: the reversed question, the rating before the adjective)."""
+    if context not in CONTEXTS:
+        raise ValueError(f"unknown context {context!r}; choose from {CONTEXTS}")
+    slots = protocols.review_slots(ids)
+    return slots["food_adjective"], slots["food_adjective"] + 1 if context == "full" else slots["rating"] - 2
+
+
+def fim_question(ids: list, slot: int, resume: int, mode: str) -> list:
+    """The prompt that asks a FIM-trained decoder for ids[slot]: the text before it and from `resume` on, in `mode`
+    (PSM: <PRE> before <SUF> after <MID>; SPM: <PRE> <SUF> after <MID> before); its next token is the answer."""
+    before, after = list(ids[:slot]), list(ids[resume:])
+    if mode == "psm":
+        return [FIM_PRE, *before, FIM_SUF, *after, FIM_MID]
+    if mode == "spm":
+        return [FIM_PRE, FIM_SUF, *after, FIM_MID, *before]
+    raise ValueError(f"unknown FIM mode {mode!r}; choose from {FIM_MODES}")
+
+
+def fill_logits(model, reading: str, reviews: list, context: str = "full") -> tuple:
+    """(logits (N, V) at each review's food-adjective slot, asked one way, and the polarity (True = positive) the
+    visible rest of the review demands: the adjective's own, which for context "rating" (good and bad reviews only)
+    is the rating's).  Readings: "left" (a causal model, the text before the slot only), "psm" / "spm" (a FIM prompt,
+    `fim_question`), "masked" (a bidirectional model, <mask> at the slot and at every hidden position)."""
+    if reading not in READINGS:
+        raise ValueError(f"unknown reading {reading!r}; choose from {READINGS}")
+    if context == "rating" and any(protocols.true_rating(r) == "ok" for r in reviews):
+        raise ValueError("the rating alone settles the adjective's polarity only for good and bad reviews")
+    sequences = [protocols.line_ids(r) for r in reviews]
+    spans = [hidden_span(ids, context) for ids in sequences]
+    wanted = [capabilities.ADJECTIVE_IDS[ids[slot]] for ids, (slot, _) in zip(sequences, spans)]
+    if reading == "left":
+        return protocols.slot_logits(model, "causal", sequences, [slot for slot, _ in spans]), wanted
+    if reading == "masked":
+        queries = [ids[:slot] + [MASK] * (resume - slot) + ids[resume:] for ids, (slot, resume) in zip(sequences, spans)]
+        return protocols.slot_logits(model, "bidirectional", queries, [slot for slot, _ in spans]), wanted
+    prompts = [fim_question(ids, slot, resume, reading) for ids, (slot, resume) in zip(sequences, spans)]
+    return protocols.slot_logits(model, "causal", [p + [p[-1]] for p in prompts], [len(p) for p in prompts]), wanted
+
+
+def fill_scores(model, reading: str, reviews: list, context: str = "full") -> dict:
+    """The food adjective asked one way (`fill_logits`), read two ways from one forward pass.  "argmax": the share of
+    reviews whose likeliest food adjective (among the 16) has the polarity the visible rest demands.  "mass": of the
+    probability on the 16, the share on that polarity, averaged over the reviews (0.5: the visible rest moves nothing;
+    unlike the argmax it sees a preference too small to win).  (A ranking AUC of the margin is no use here: with the
+    rest hidden the reviews differ only in the food and the rating, so a shift of 1e-3 ranks them perfectly.)"""
+    logits, wanted = fill_logits(model, reading, reviews, context)
+    candidates = list(capabilities.ADJECTIVE_IDS)
+    positive = torch.tensor([capabilities.ADJECTIVE_IDS[c] for c in candidates])
+    p = logits[:, candidates].softmax(-1)                                          # (N, 16)
+    best_positive = positive[p.argmax(-1)]
+    on_positive = p[:, positive].sum(-1)
+    wanted = torch.tensor(wanted)
+    return {"argmax": (best_positive == wanted).double().mean().item(),
+            "mass": torch.where(wanted, on_positive, 1 - on_positive).mean().item()}
+
+
+@torch.no_grad()
+def self_draft(model, prompts, new: int = 24) -> dict:
+    """A `MultiTokenTransformer` drafting for itself (Stern et al. 2018's blockwise parallel decoding, greedy): the
+    model continues each prompt (B, P) greedily for `new` tokens with head 1; at each position head k's argmax is a
+    draft of the token k places ahead.  Returns each head's acceptance (the share of drafts equal to the greedy
+    token there) and the tokens per forward pass when every pass keeps its next token and the drafts after it up
+    to the first wrong one."""
+    ids = prompts
+    for _ in range(new):
+        ids = torch.cat([ids, model(ids, causal_mask(ids.shape[1]))[:, -1].argmax(-1, keepdim=True)], 1)
+    n, P, L = model.config.heads, prompts.shape[1], ids.shape[1]
+    drafts = torch.stack([h.argmax(-1) for h in model.head_logits(ids, causal_mask(L))], 1)    # (B, n, L)
+    right = torch.zeros(ids.shape[0], n, L, dtype=torch.bool)      # right[:, k-1, t]: draft from t for t + k is right
+    for k in range(1, n + 1):
+        right[:, k - 1, : L - k] = drafts[:, k - 1, : L - k] == ids[:, k:]
+    acceptance = [right[:, k - 1, P - 1: L - k].float().mean().item() for k in range(1, n + 1)]
+    passes = 0
+    for row in right:
+        t = P - 1
+        while t < L - 1:                       # one pass at t writes t+1 and every right draft after it in a row
+            step = 1
+            while step < n and t + step < L - 1 and row[step, t]:
+                step += 1
+            t, passes = t + step, passes + 1
+    return {"acceptance": acceptance, "tokens_per_pass": ids.shape[0] * new / passes}
+
+
+def diffusion_lines(model, n: int, steps: int, seed: int = 0, length: int = None, order: str = "confidence") -> list:
+    """n lines written by `diffusion_generate` after a newline (as `capabilities.generate_lines` starts), in
+    `steps` passes over `length` positions (the model's context): the text up to the first newline."""
+    ids = diffusion_generate(model, length or model.config.context, steps, torch.Generator().manual_seed(seed), n,
+                             prefix=[NEWLINE_WORD], order=order)
+    return [TOKENIZER.decode(row[1:]).split("\n")[0] for row in ids.tolist()]
+
+
+SLOT_KINDS = ("food_adjective", "connective", "service_adjective", "rating", "template", "all")
+
+
+@torch.no_grad()
+def nats_by_slot(model, reviews: list) -> dict:
+    """A causal model's mean next-token loss (nats) on whole reviews (`protocols.line_ids`), by what the target is:
+    the four slots of `protocols.review_slots`, every other token ("template") and every token ("all")."""
+    sequences = [protocols.line_ids(r) for r in reviews]
+    if len({len(s) for s in sequences}) != 1:
+        raise ValueError("reviews of one length only (every review of the mini internet has one)")
+    ids = torch.tensor(sequences)
+    logits = model(ids[:, :-1], causal_mask(ids.shape[1] - 1))
+    nats = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")     # (N, T): target at t + 1
+    kind = ["template"] * (ids.shape[1] - 1)
+    for name, position in protocols.review_slots(sequences[0]).items():
+        kind[position - 1] = name
+    return {k: nats[:, [i for i, x in enumerate(kind) if x == k or k == "all"]].mean().item() for k in SLOT_KINDS}
+
+
+def review_errors(lines: list) -> dict:
+    """Of the well-formed reviews among `lines`: how many, and the share whose connective, and whose rating, is the one
+    `world.make_review` writes for their four words (a false review has one of them wrong, or both)."""
+    parsed = [m.groups() for kind, m in map(world.classify, lines) if kind == "review"]
+    truth = [world.make_review(food, adjective, noun, service) for food, adjective, _, noun, service, _ in parsed]
+    right = [world.classify(t)[1].groups() for t in truth]
+    n = max(len(parsed), 1)
+    return {"reviews": len(parsed), "connective right": sum(p[2] == r[2] for p, r in zip(parsed, right)) / n,
+            "rating right": sum(p[5] == r[5] for p, r in zip(parsed, right)) / n}
