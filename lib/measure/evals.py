@@ -253,6 +253,16 @@ def row_at(log: list, step: int) -> dict:
     raise KeyError(f"no row at step {step}; the log has steps {[row['step'] for row in log]}")
 
 
+def mean_of_last(log: list, key: str, rows: int = 5) -> float:
+    """The mean of `key` over the last `rows` log rows that have it (a learning curve's end, smoothed).
+
+    >>> mean_of_last([{"step": 0}, {"loss": 3.0}, {"loss": 1.0}, {"loss": 2.0}], "loss", rows=2)
+    1.5
+    """
+    values = [row[key] for row in log if key in row][-rows:]
+    return sum(values) / len(values)
+
+
 def first_step_reaching(log: list, key: str, level: float, below: bool = False) -> int:
     """The first logged step whose `key` is at least `level` (`below`: at most, for a loss), or None if no row
     reaches it; rows without `key` are skipped.

@@ -26,10 +26,11 @@ def held_out_windows(length: int, count: int = EVAL_WINDOWS, seed: int = 0) -> t
 
 
 @torch.no_grad()
-def next_token_nats(model, windows) -> float:
-    """Mean cross-entropy (nats) of each next token of the windows, read left to right."""
+def next_token_nats(model, windows, mask: str = "causal") -> float:
+    """Mean cross-entropy (nats) of each next token of the windows, read left to right (`mask` "bidirectional": every
+    position also sees the tokens after it, one of them its own target: a causal model read with the wrong mask)."""
     T = windows.shape[1] - 1
-    logits = model(windows[:, :-1], causal_mask(T))
+    logits = model(windows[:, :-1], causal_mask(T) if mask == "causal" else bidirectional_mask(T))
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)).item()
 
 
@@ -42,10 +43,12 @@ def head_nats(model, windows) -> list:
 
 
 @torch.no_grad()
-def masked_nats(model, windows, rate: float = 0.15, seed: int = 0) -> float:
-    """Mean cross-entropy (nats) at a fixed `rate` of positions replaced by <mask>, read bidirectionally."""
+def masked_nats(model, windows, rate: float = 0.15, seed: int = 0, mask: str = "bidirectional") -> float:
+    """Mean cross-entropy (nats) of the token at each of a fixed `rate` of positions replaced by <mask>, read
+    bidirectionally (or with a causal `mask`: the same question put to a causal model through its own mask)."""
     chosen = torch.rand(windows.shape, generator=torch.Generator().manual_seed(seed)) < rate
-    logits = model(torch.where(chosen, MASK, windows), bidirectional_mask(windows.shape[1]))
+    T = windows.shape[1]
+    logits = model(torch.where(chosen, MASK, windows), bidirectional_mask(T) if mask == "bidirectional" else causal_mask(T))
     return F.cross_entropy(logits[chosen], windows[chosen]).item()
 
 
@@ -99,7 +102,8 @@ def fill_scores(model, reading: str, reviews: list, context: str = "full") -> di
     """The food adjective asked one way (`fill_logits`), read two ways from one forward pass.  "argmax": the share of
     reviews whose likeliest food adjective (among the 16) has the polarity the visible rest demands.  "mass": of the
     probability on the 16, the share on that polarity, averaged over the reviews (0.5: the visible rest moves nothing;
-    unlike the argmax it sees a preference too small to win).  (A ranking AUC of the margin is no use here: with the
+    unlike the argmax it sees a preference too small to win).  "P(adj.)": the probability on the 16 food adjectives at
+    all, mean over the reviews (near 0: the prompt is not read as asking for one).  (A ranking AUC of the margin is no use here: with the
     rest hidden the reviews differ only in the food and the rating, so a shift of 1e-3 ranks them perfectly.)"""
     logits, wanted = fill_logits(model, reading, reviews, context)
     candidates = list(capabilities.ADJECTIVE_IDS)
@@ -109,7 +113,8 @@ def fill_scores(model, reading: str, reviews: list, context: str = "full") -> di
     on_positive = p[:, positive].sum(-1)
     wanted = torch.tensor(wanted)
     return {"argmax": (best_positive == wanted).double().mean().item(),
-            "mass": torch.where(wanted, on_positive, 1 - on_positive).mean().item()}
+            "mass": torch.where(wanted, on_positive, 1 - on_positive).mean().item(),
+            "P(adj.)": logits.softmax(-1)[:, candidates].sum(-1).mean().item()}
 
 
 @torch.no_grad()
@@ -175,3 +180,58 @@ def review_errors(lines: list) -> dict:
     n = max(len(parsed), 1)
     return {"reviews": len(parsed), "connective right": sum(p[2] == r[2] for p, r in zip(parsed, right)) / n,
             "rating right": sum(p[5] == r[5] for p, r in zip(parsed, right)) / n}
+
+
+def reversal_by_scoring(model, reviews: list) -> dict:
+    """The reversed question put to a causal model as scoring: each good or bad review with its food adjective,
+    connective and service adjective replaced by every combination (16 x 2 x 12 lines; the food, the service noun
+    and the rating kept), the lines' log-likelihoods summed over the connective and service adjective.  "argmax" and
+    "mass" as in `fill_scores`, over the 16 food adjectives' summed likelihoods."""
+    adjectives = list(capabilities.ADJECTIVE_IDS)
+    filler = [(c, s) for c in ("and", "but") for s in world.SERVICE_ADJECTIVES]
+    right, mass = [], []
+    for review in reviews:
+        ids = protocols.line_ids(review)
+        slots = protocols.review_slots(ids)
+        lines = []
+        for a in adjectives:
+            for connective, service in filler:
+                line = list(ids)
+                line[slots["food_adjective"]], line[slots["connective"]] = a, TOKENIZER[connective]
+                line[slots["service_adjective"]] = TOKENIZER[service]
+                lines.append(line)
+        scores = capabilities.line_log_likelihoods(model, "causal", lines).view(len(adjectives), len(filler)).logsumexp(-1)
+        p = scores.softmax(-1)
+        positive = protocols.true_rating(review) == "good"
+        on = sum(float(p[k]) for k, a in enumerate(adjectives) if capabilities.ADJECTIVE_IDS[a] == positive)
+        right.append(capabilities.ADJECTIVE_IDS[adjectives[int(p.argmax())]] == positive)
+        mass.append(on)
+    return {"argmax": sum(right) / len(right), "mass": sum(mass) / len(mass)}
+
+
+@torch.no_grad()
+def masked_slot_nats(model, reviews: list) -> dict:
+    """A bidirectional model's loss (nats) on one slot of whole reviews at a time, <mask> there and everything else
+    visible: the four slots of `protocols.review_slots` (the connective and the rating follow from the rest)."""
+    sequences = [protocols.line_ids(r) for r in reviews]
+    out = {}
+    for name in ("food_adjective", "connective", "service_adjective", "rating"):
+        slots = [protocols.review_slots(ids)[name] for ids in sequences]
+        logp = protocols.slot_logits(model, "bidirectional", sequences, slots).log_softmax(-1)
+        out[name] = -logp[torch.arange(len(sequences)), torch.tensor([ids[k] for ids, k in zip(sequences, slots)])].mean().item()
+    return out
+
+
+def gradient_norms(model, make_batch, loss_fn, window: int, count: int = 30, seed: int = 0) -> list:
+    """The gradient norm (all parameters, before any clipping) of `loss_fn(model, make_batch(windows))` on `count`
+    batches of 32 training windows of `window` tokens: what the training loop's clip (`grad_clip`) would see.
+    Gradients come from `torch.autograd.grad`, so no parameter's .grad is touched."""
+    g, stream = torch.Generator().manual_seed(seed), batches.review_stream("train")
+    parameters = [p for p in model.parameters()]
+    norms = []
+    with torch.enable_grad():
+        for _ in range(count):
+            loss = loss_fn(model, make_batch(batches.random_windows(stream, window, 32, g), g))
+            grads = torch.autograd.grad(loss, parameters, allow_unused=True)
+            norms.append(torch.sqrt(sum((x ** 2).sum() for x in grads if x is not None)).item())
+    return norms

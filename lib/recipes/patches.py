@@ -13,7 +13,8 @@ network is the same (the multi-token heads are drawn after it).  The
 adaptations start from compare_gpt of their seed and train on section 04's
 BERT batch (15 % selected, 80/10/10) or prefix-LM batch for as many steps as
 BERT and the prefix LM trained from scratch, on a fresh warm-up and decay (the
-bidirectional one also at a tenth of the peak rate, `LOW_LR`).
+bidirectional one also at a tenth of the peak rate, `LOW_LR`).  `diffusion_lm_clip10` is the check on the diffusion
+LM's optimisation: its 1/t-weighted gradients exceed the clip of 1.0 at every step, so this arm clips at 10.
 """
 
 from lib.recipes import comparison
@@ -33,6 +34,7 @@ ARMS = {   # name: (objective, kind, window, extra config, parent recipe)
     **{f"decoder_mtp{n}": ("multi-token", "causal", POSITIONS + n, {"heads": n}, None) for n in HEADS},
     "diffusion_lm": ("diffusion", "bidirectional", POSITIONS, {}, None),
     f"diffusion_lm_steps{LONG}": ("diffusion", "bidirectional", POSITIONS, {"steps": LONG}, None),
+    "diffusion_lm_clip10": ("diffusion", "bidirectional", POSITIONS, {"grad_clip": 10.0}, None),
     "adapt_bidirectional": ("masked LM", "bidirectional", POSITIONS, {"mlm_rate": comparison.MLM_RATE}, "gpt"),
     "adapt_bidirectional_lowlr": ("masked LM", "bidirectional", POSITIONS,
                                   {"mlm_rate": comparison.MLM_RATE, "lr": LOW_LR, "min_lr": LOW_LR / 10}, "gpt"),
@@ -40,10 +42,12 @@ ARMS = {   # name: (objective, kind, window, extra config, parent recipe)
 }
 
 
+OPTIMISATION_CHECKS = ("diffusion_lm_clip10",)   # arms that test how another arm trained, not read by the yardstick
+
 LABELS = {"decoder_fim": "FIM", f"decoder_fim_steps{LONG}": f"FIM, {LONG:,} steps", "decoder_mtp2": "MTP, n = 2",
           "decoder_mtp4": "MTP, n = 4", "diffusion_lm": "diffusion", f"diffusion_lm_steps{LONG}": f"diffusion, {LONG:,} steps",
           "adapt_bidirectional": "GPT adapted, bidir.", "adapt_bidirectional_lowlr": "GPT adapted, bidir., lr 3e-4",
-          "adapt_prefix": "GPT adapted, prefix"}     # how tables show the arms
+          "adapt_prefix": "GPT adapted, prefix", "diffusion_lm_clip10": "diffusion, clip 10"}     # how tables show the arms
 
 
 def run_config(arm: str, seed: int = 0) -> dict:

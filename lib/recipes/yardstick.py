@@ -158,9 +158,11 @@ def modern_entries() -> list:
 
 
 def patch_entries() -> list:
-    """Section 08: every run (three seeds) at its final checkpoint with N labels, read as its config's kind; and
+    """Section 08: every run (three seeds; not the optimisation checks) at its final checkpoint with N labels, read as
+    its config's kind; and
     the adaptations at step 0, which is section 04's trained GPT read with the new mask before any adaptation."""
-    out = [Entry(patches.run(arm, seed), None, (N,)) for arm in patches.ARMS for seed in patches.SEEDS]
+    out = [Entry(patches.run(arm, seed), None, (N,)) for arm in patches.ARMS if arm not in patches.OPTIMISATION_CHECKS
+           for seed in patches.SEEDS]
     return out + [Entry(patches.run(arm, seed), 0, (N,)) for arm in patches.ARMS if patches.ARMS[arm][4]
                   for seed in patches.SEEDS]
 
