@@ -65,7 +65,9 @@ def run_config(arm: str, seed: int = 0) -> dict:
 
 
 def run_name(arm: str, seed: int = 0) -> str:
-    """>>> run_name("decoder_mtp4", 2)
+    """The arm's name, and the seed's where it is not 0.
+
+    >>> run_name("decoder_mtp4", 2)
     'decoder_mtp4_seed2'
     """
     return arm + (f"_seed{seed}" if seed else "")
