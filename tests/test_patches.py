@@ -184,3 +184,14 @@ def test_adaptation_reads_the_same_batches_as_bert_from_scratch():
     for _ in range(3):
         ours, theirs = make(batches.random_windows(stream, config["window"], config["batch_size"], generator)), bert_batch()
         assert torch.equal(ours.inputs, theirs.inputs) and torch.equal(ours.loss_mask, theirs.loss_mask)
+
+
+def test_a_snapshot_of_an_adaptation_starts_from_its_parent():
+    from lib import recipes
+    from lib.recipes import yardstick
+    from lib.train import processes
+    backbone, _ = yardstick.backbone_model(yardstick.entry("adapt_prefix", step=0))
+    parent = processes.get_or_train(recipes.run("compare_gpt"))[0]
+    assert all(torch.equal(v, parent.state_dict()[k]) for k, v in backbone.state_dict().items())
+    with pytest.raises(ValueError, match="pass its parent"):
+        patch_runs.train_patch({**patch_runs.run_config("adapt_prefix"), "stop_after": 0})

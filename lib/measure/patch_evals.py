@@ -13,9 +13,11 @@ from lib.data import world
 from lib.data.tokenizers import MASK, NEWLINE_WORD, TOKENIZER
 from lib.measure import capabilities, protocols
 from lib.nn.diffusion import diffusion_generate
-from lib.nn.masks import bidirectional_mask, causal_mask
+from lib.measure.batch_stats import training_batches
+from lib.nn.masks import for_kind
+from lib.nn.multi_token import MultiTokenTransformer
 from lib.objectives import batches
-from lib.objectives.patches import FIM_MID, FIM_MODES, FIM_PRE, FIM_SUF, multi_token_targets
+from lib.objectives.patches import fim_arrange, head_losses
 
 EVAL_WINDOWS = 64
 
@@ -26,29 +28,26 @@ def held_out_windows(length: int, count: int = EVAL_WINDOWS, seed: int = 0) -> t
 
 
 @torch.no_grad()
-def next_token_nats(model, windows, mask: str = "causal") -> float:
-    """Mean cross-entropy (nats) of each next token of the windows, read left to right (`mask` "bidirectional": every
+def next_token_nats(model, windows, kind: str = "causal") -> float:
+    """Mean cross-entropy (nats) of each next token of the windows, read left to right (`kind` "bidirectional": every
     position also sees the tokens after it, one of them its own target: a causal model read with the wrong mask)."""
     T = windows.shape[1] - 1
-    logits = model(windows[:, :-1], causal_mask(T) if mask == "causal" else bidirectional_mask(T))
+    logits = model(windows[:, :-1], for_kind(kind, T))
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)).item()
 
 
 @torch.no_grad()
 def head_nats(model, windows) -> list:
     """A `MultiTokenTransformer`'s mean cross-entropy per head: [t+1, t+2, ..., t+n] (windows of T + n tokens)."""
-    inputs, targets = multi_token_targets(windows, model.config.heads)
-    logits = model.head_logits(inputs, causal_mask(inputs.shape[1]))
-    return [F.cross_entropy(l.reshape(-1, l.shape[-1]), targets[:, k].reshape(-1)).item() for k, l in enumerate(logits)]
+    return [loss.item() for loss in head_losses(model, windows)]
 
 
 @torch.no_grad()
-def masked_nats(model, windows, rate: float = 0.15, seed: int = 0, mask: str = "bidirectional") -> float:
+def masked_nats(model, windows, rate: float = 0.15, seed: int = 0, kind: str = "bidirectional") -> float:
     """Mean cross-entropy (nats) of the token at each of a fixed `rate` of positions replaced by <mask>, read
-    bidirectionally (or with a causal `mask`: the same question put to a causal model through its own mask)."""
+    bidirectionally (or `kind` "causal": the same question put to a causal model through its own mask)."""
     chosen = torch.rand(windows.shape, generator=torch.Generator().manual_seed(seed)) < rate
-    T = windows.shape[1]
-    logits = model(torch.where(chosen, MASK, windows), bidirectional_mask(T) if mask == "bidirectional" else causal_mask(T))
+    logits = model(torch.where(chosen, MASK, windows), for_kind(kind, windows.shape[1]))
     return F.cross_entropy(logits[chosen], windows[chosen]).item()
 
 
@@ -69,12 +68,8 @@ def hidden_span(ids: list, context: str) -> tuple:
 def fim_question(ids: list, slot: int, resume: int, mode: str) -> list:
     """The prompt that asks a FIM-trained decoder for ids[slot]: the text before it and from `resume` on, in `mode`
     (PSM: <PRE> before <SUF> after <MID>; SPM: <PRE> <SUF> after <MID> before); its next token is the answer."""
-    before, after = list(ids[:slot]), list(ids[resume:])
-    if mode == "psm":
-        return [FIM_PRE, *before, FIM_SUF, *after, FIM_MID]
-    if mode == "spm":
-        return [FIM_PRE, FIM_SUF, *after, FIM_MID, *before]
-    raise ValueError(f"unknown FIM mode {mode!r}; choose from {FIM_MODES}")
+    kept = list(ids[:slot]) + list(ids[resume:])          # the hidden part is the middle: everything up to it
+    return fim_arrange(kept, slot, slot, mode)[:len(kept) + 3]
 
 
 def fill_logits(model, reading: str, reviews: list, context: str = "full") -> tuple:
@@ -95,6 +90,7 @@ def fill_logits(model, reading: str, reviews: list, context: str = "full") -> tu
         queries = [ids[:slot] + [MASK] * (resume - slot) + ids[resume:] for ids, (slot, resume) in zip(sequences, spans)]
         return protocols.slot_logits(model, "bidirectional", queries, [slot for slot, _ in spans]), wanted
     prompts = [fim_question(ids, slot, resume, reading) for ids, (slot, resume) in zip(sequences, spans)]
+    # the slot protocol reads the logits that predict position `slot` of a sequence: one dummy token after the prompt
     return protocols.slot_logits(model, "causal", [p + [p[-1]] for p in prompts], [len(p) for p in prompts]), wanted
 
 
@@ -124,11 +120,13 @@ def self_draft(model, prompts, new: int = 24) -> dict:
     draft of the token k places ahead.  Returns each head's acceptance (the share of drafts equal to the greedy
     token there) and the tokens per forward pass when every pass keeps its next token and the drafts after it up
     to the first wrong one."""
+    if not isinstance(model, MultiTokenTransformer):
+        raise TypeError(f"self_draft needs a MultiTokenTransformer (its extra heads draft), got {type(model).__name__}")
     ids = prompts
     for _ in range(new):
-        ids = torch.cat([ids, model(ids, causal_mask(ids.shape[1]))[:, -1].argmax(-1, keepdim=True)], 1)
+        ids = torch.cat([ids, model(ids, for_kind("causal", ids.shape[1]))[:, -1].argmax(-1, keepdim=True)], 1)
     n, P, L = model.config.heads, prompts.shape[1], ids.shape[1]
-    drafts = torch.stack([h.argmax(-1) for h in model.head_logits(ids, causal_mask(L))], 1)    # (B, n, L)
+    drafts = torch.stack([h.argmax(-1) for h in model.head_logits(ids, for_kind("causal", L))], 1)    # (B, n, L)
     right = torch.zeros(ids.shape[0], n, L, dtype=torch.bool)      # right[:, k-1, t]: draft from t for t + k is right
     for k in range(1, n + 1):
         right[:, k - 1, : L - k] = drafts[:, k - 1, : L - k] == ids[:, k:]
@@ -144,10 +142,10 @@ def self_draft(model, prompts, new: int = 24) -> dict:
     return {"acceptance": acceptance, "tokens_per_pass": ids.shape[0] * new / passes}
 
 
-def diffusion_lines(model, n: int, steps: int, seed: int = 0, length: int = None, order: str = "confidence") -> list:
+def diffusion_lines(model, n: int, steps: int, seed: int = 0, order: str = "confidence") -> list:
     """n lines written by `diffusion_generate` after a newline (as `capabilities.generate_lines` starts), in
-    `steps` passes over `length` positions (the model's context): the text up to the first newline."""
-    ids = diffusion_generate(model, length or model.config.context, steps, torch.Generator().manual_seed(seed), n,
+    `steps` passes over the model's context: the text up to the first newline."""
+    ids = diffusion_generate(model, model.config.context, steps, torch.Generator().manual_seed(seed), n,
                              prefix=[NEWLINE_WORD], order=order)
     return [TOKENIZER.decode(row[1:]).split("\n")[0] for row in ids.tolist()]
 
@@ -163,7 +161,7 @@ def nats_by_slot(model, reviews: list) -> dict:
     if len({len(s) for s in sequences}) != 1:
         raise ValueError("reviews of one length only (every review of the mini internet has one)")
     ids = torch.tensor(sequences)
-    logits = model(ids[:, :-1], causal_mask(ids.shape[1] - 1))
+    logits = model(ids[:, :-1], for_kind("causal", ids.shape[1] - 1))
     nats = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")     # (N, T): target at t + 1
     kind = ["template"] * (ids.shape[1] - 1)
     for name, position in protocols.review_slots(sequences[0]).items():
@@ -177,9 +175,10 @@ def review_errors(lines: list) -> dict:
     parsed = [m.groups() for kind, m in map(world.classify, lines) if kind == "review"]
     truth = [world.make_review(food, adjective, noun, service) for food, adjective, _, noun, service, _ in parsed]
     right = [world.classify(t)[1].groups() for t in truth]
-    n = max(len(parsed), 1)
-    return {"reviews": len(parsed), "connective right": sum(p[2] == r[2] for p, r in zip(parsed, right)) / n,
-            "rating right": sum(p[5] == r[5] for p, r in zip(parsed, right)) / n}
+    if not parsed:          # no review to judge: the shares do not exist
+        return {"reviews": 0, "connective right": None, "rating right": None}
+    return {"reviews": len(parsed), "connective right": sum(p[2] == r[2] for p, r in zip(parsed, right)) / len(parsed),
+            "rating right": sum(p[5] == r[5] for p, r in zip(parsed, right)) / len(parsed)}
 
 
 def reversal_by_scoring(model, reviews: list) -> dict:
@@ -187,6 +186,8 @@ def reversal_by_scoring(model, reviews: list) -> dict:
     connective and service adjective replaced by every combination (16 x 2 x 12 lines; the food, the service noun
     and the rating kept), the lines' log-likelihoods summed over the connective and service adjective.  "argmax" and
     "mass" as in `fill_scores`, over the 16 food adjectives' summed likelihoods."""
+    if any(protocols.true_rating(r) == "ok" for r in reviews):
+        raise ValueError("the rating alone settles the adjective's polarity only for good and bad reviews")
     adjectives = list(capabilities.ADJECTIVE_IDS)
     filler = [(c, s) for c in ("and", "but") for s in world.SERVICE_ADJECTIVES]
     right, mass = [], []
@@ -222,16 +223,15 @@ def masked_slot_nats(model, reviews: list) -> dict:
     return out
 
 
-def gradient_norms(model, make_batch, loss_fn, window: int, count: int = 30, seed: int = 0) -> list:
-    """The gradient norm (all parameters, before any clipping) of `loss_fn(model, make_batch(windows))` on `count`
-    batches of 32 training windows of `window` tokens: what the training loop's clip (`grad_clip`) would see.
-    Gradients come from `torch.autograd.grad`, so no parameter's .grad is touched."""
-    g, stream = torch.Generator().manual_seed(seed), batches.review_stream("train")
-    parameters = [p for p in model.parameters()]
+def gradient_norms(model, make_batch, loss_fn, window: int, count: int = 30, seed: int = 0, batch_size: int = 32) -> list:
+    """The gradient norm (all parameters, before any clipping) of `loss_fn(model, batch)` on `count` batches that
+    `make_batch(windows, generator)` builds from training windows (`batch_stats.training_batches`): what the training
+    loop's clip (`grad_clip`) would see.  Gradients come from `torch.autograd.grad`: no parameter's .grad is touched."""
+    parameters = list(model.parameters())
     norms = []
     with torch.enable_grad():
-        for _ in range(count):
-            loss = loss_fn(model, make_batch(batches.random_windows(stream, window, 32, g), g))
+        for batch in training_batches(make_batch, batches.review_stream("train"), window, batch_size, count, seed):
+            loss = loss_fn(model, batch)
             grads = torch.autograd.grad(loss, parameters, allow_unused=True)
             norms.append(torch.sqrt(sum((x ** 2).sum() for x in grads if x is not None)).item())
     return norms

@@ -9,7 +9,7 @@ next-token path is a MaskedTransformer of config's shape (every readout of
 the book reads it as a causal model); heads 2 .. n are one extra block each on
 the trunk's output.  All heads share the final LayerNorm and the tied output
 layer.  The trunk and head 1 are initialised as a MaskedTransformer of the
-same seed is (their draws come first), the extra blocks after them.
+same seed (their draws come first), the extra blocks after them.
 """
 
 from dataclasses import dataclass

@@ -19,8 +19,8 @@ two tokens can never split one.
 
 Multi-token prediction (Gloeckle et al. 2024) asks position t for tokens t+1
 ... t+n, one head each.  The masked-diffusion objective (Sahoo et al. 2024;
-Nie et al. 2025) masks each row at its own rate t ~ U(0, 1], every chosen
-token becoming <mask>, and weights the cross-entropy of the masked tokens by
+Nie et al. 2025) masks each row at its own rate t (uniform on [MIN_RATE, 1):
+the papers' (0, 1] with a floor), every chosen token becoming <mask>, and weights the cross-entropy of the masked tokens by
 1/t, an upper bound on the negative log-likelihood of the sequence.
 """
 
@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from lib.data.tokenizers import MASK, SENTINELS
-from lib.objectives.batches import StackBatch, check_windows, lm_batch, masked_cross_entropy, stack_batch
+from lib.nn.masks import causal_mask
+from lib.objectives.batches import StackBatch, check_windows, lm_batch, stack_batch
 
 FIM_PRE, FIM_SUF, FIM_MID = SENTINELS[13], SENTINELS[14], SENTINELS[15]
 FIM_TOKENS = (FIM_PRE, FIM_SUF, FIM_MID)
@@ -105,11 +106,16 @@ def multi_token_targets(ids, n: int) -> tuple:
     return ids[:, :T], torch.stack([ids[:, k: k + T] for k in range(1, n + 1)], 1)
 
 
+def head_losses(model, ids) -> list:
+    """Each head's mean cross-entropy (nats) on windows ids (B, T + n) of a `MultiTokenTransformer`: [t+1, ..., t+n]."""
+    inputs, targets = multi_token_targets(ids, model.config.heads)
+    logits = model.head_logits(inputs, causal_mask(inputs.shape[1]))
+    return [F.cross_entropy(l.reshape(-1, l.shape[-1]), targets[:, k].reshape(-1)) for k, l in enumerate(logits)]
+
+
 def multi_token_loss(model, ids) -> torch.Tensor:
     """Gloeckle et al.'s loss: the sum over the n heads of each head's mean cross-entropy (nats)."""
-    inputs, targets = multi_token_targets(ids, model.config.heads)
-    logits = model.head_logits(inputs, torch.ones(inputs.shape[1], inputs.shape[1], dtype=torch.bool).tril())
-    return sum(F.cross_entropy(l.reshape(-1, l.shape[-1]), targets[:, k].reshape(-1)) for k, l in enumerate(logits))
+    return sum(head_losses(model, ids))
 
 
 @dataclass
@@ -135,7 +141,3 @@ def diffusion_loss(model, b: DiffusionBatch) -> torch.Tensor:
     ce = F.cross_entropy(logits.transpose(1, 2), b.batch.targets, reduction="none")     # (B, T)
     return ((ce * b.batch.loss_mask).sum(1) / b.rates).sum() / ce.numel()
 
-
-def masked_tokens_loss(model, b: DiffusionBatch) -> torch.Tensor:
-    """The plain mean cross-entropy over the masked positions (unweighted): what a curve compares."""
-    return masked_cross_entropy(model(b.batch.inputs, b.batch.attention_mask), b.batch.targets, b.batch.loss_mask)

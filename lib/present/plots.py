@@ -299,13 +299,12 @@ def log_panels(logs: dict, keys: dict, columns: int = 3):
     return fig
 
 
-LAYOUT_COLORS = {"read": "#f0f0f0", "target": "#9ecae1", "sentinel": "#fdae6b", "mask": "#bcbddc",
-                 "hidden": "#d9d9d9", "answer": "#a1d99b"}
+LAYOUT_COLORS = {"read": "#f0f0f0", "target": "#9ecae1", "sentinel": "#fdae6b", "mask": "#bcbddc", "answer": "#a1d99b"}
 
 
 def token_layout(rows: list, title: str = "", width: float = 0.62):
     """A picture of sequences token by token: rows = [(label, [(token, role), ...]), ...], each box coloured by
-    its role (LAYOUT_COLORS: read, target, sentinel, mask, hidden, answer; a role may be None: no box), the
+    its role (LAYOUT_COLORS: read, target, sentinel, mask, answer; a role may be None: no box), the
     row's label on the left.  For the input/target layouts of an objective, before its code."""
     longest = max(len(tokens) for _, tokens in rows)
     fig, ax = plt.subplots(figsize=(width * longest + 2.2, 0.42 * len(rows) + 0.7))

@@ -74,8 +74,9 @@ def run_name(arm: str, seed: int = 0) -> str:
 
 
 def run(arm: str, seed: int = 0) -> Run:
-    parent = ARMS[arm][4] if arm in ARMS else None
-    return Run(run_name(arm, seed), run_config(arm, seed), train_patch,
+    config = run_config(arm, seed)                  # refuses an unknown arm
+    parent = ARMS[arm][4]
+    return Run(run_name(arm, seed), config, train_patch,
                (comparison.run(parent, seed=seed),) if parent else ())
 
 

@@ -199,18 +199,23 @@ def _read(e: Entry, directory=None):
     return saved if saved.get("key") == key(e) else None
 
 
+def backbone_model(e: Entry) -> tuple:
+    """(network, log) that the entry fine-tunes: the committed checkpoint (log None; an ELECTRA's discriminator), or
+    for a snapshot the run retrained here from the checkpoints it starts from and stopped after `step` steps."""
+    if e.step is None:
+        model = processes.get_or_train(e.run)[0]
+        return (model.discriminator if isinstance(model, Electra) else model), None   # the generator is thrown away
+    parents = tuple(processes.get_or_train(p)[0] for p in e.run.parents)       # an adaptation starts from its parent
+    return e.run.train_fn(e.backbone().config, parents=parents, desc=e.name)
+
+
 def compute(name: str, step, directory: str = None, head: bool = False, form: str = None, low: bool = False) -> None:
     """Fine-tune one entry's backbone over its sweep and save the result (run in a pinned process), with the
     backbone's own zero-shot scores on each split's test reviews and, for a snapshot, its training log (a
     snapshot is retrained on this machine: its trajectory can differ from the committed checkpoint's)."""
     e, directory = entry(name, step, head, form, low), (None if directory is None else Path(directory))
     start = time.perf_counter()
-    if e.step is None:
-        model, log = processes.get_or_train(e.run)[0], None
-        if isinstance(model, Electra):      # the discriminator is fine-tuned; the generator is thrown away
-            model = model.discriminator
-    else:   # a snapshot: the run retrained here and stopped after `step` steps, in this process
-        model, log = e.run.train_fn(e.backbone().config, desc=e.name)
+    model, log = backbone_model(e)
     trained = time.perf_counter() - start
     kind = e.model_kind
     zero_shot = None if e.head else [finetune.score(model, kind, finetune.rating_task(s).test) for s in SPLITS]

@@ -28,12 +28,19 @@ from lib.nn.multi_token import MultiTokenConfig, MultiTokenTransformer
 from lib.objectives import batches, patches
 from lib.train.cache import trainer
 from lib.train.loop import fit
+from lib.trainers.comparison import batch_function
 
 OBJECTIVES = ("fim", "multi-token", "diffusion", "masked LM", "prefix LM")
 
 
+ADAPTATIONS = ("masked LM", "prefix LM")   # objectives this trainer runs only from a parent (section 04's GPT)
+
+
 def build_model(config: dict, parents=()):
     """The run's starting network: a copy of the parent (adaptation) or a fresh one (global RNG)."""
+    if (config["objective"] in ADAPTATIONS) != bool(parents):
+        raise ValueError(f"objective {config['objective']!r} " + ("continues a trained network: pass its parent"
+                         if not parents else "trains from scratch: it takes no parent"))
     if parents:
         return copy.deepcopy(parents[0]).train()
     if config["objective"] == "multi-token":
@@ -50,14 +57,15 @@ def batch_parts(config: dict, generator) -> tuple:
         return lambda w: w, patches.multi_token_loss
     if objective == "diffusion":
         return lambda w: patches.diffusion_batch(w, generator), patches.diffusion_loss
-    if objective == "masked LM":
-        return lambda w: batches.mlm_batch(w, generator, rate=config["mlm_rate"]), batches.batch_loss
-    if objective == "prefix LM":
-        return lambda w: batches.prefix_lm_batch(w, generator), batches.batch_loss
+    if objective in ADAPTATIONS:          # section 04's BERT and prefix-LM batches (the same draws)
+        make = batch_function(config)
+        return lambda w: make(w, generator), batches.batch_loss
     raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
 
 
 def evaluate(model, config: dict, reviews: list, windows) -> dict:
+    """The log's numbers: the rating by the shared protocol, and a held-out loss (BERT's 15 % question for a
+    bidirectional run, the next token otherwise; each head's for multi-token)."""
     out = {"rating_accuracy": protocols.rating_accuracy(model, config["kind"], reviews)}
     if config["kind"] == "bidirectional":
         out["val_masked"] = patch_evals.masked_nats(model, windows[:, :-1])
