@@ -369,7 +369,7 @@ def test_a_fill_that_ignores_the_context_scores_the_share_of_its_polarity_among_
         logits[:, TOKENIZER["review"]] = 9.0         # the whole-vocabulary argmax is not an adjective at all
         logits[:, fixed] = 5.0
         return logits
-    fill = capabilities.adjective_fills_asked(reviews, ask)
+    fill = capabilities._adjective_fills(reviews, ask)
     positive = sum(world.FOOD_ADJECTIVES[r.split(" was ")[1].split()[0]] for r in reviews) / len(reviews)
     assert fill["right_polarity"] == 0.0 and fill["food_adjective"] == 0.0
     assert fill["right_polarity_among_adjectives"] == positive and fill["fills_among_adjectives"]["fresh"] == 40

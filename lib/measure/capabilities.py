@@ -30,7 +30,7 @@ from lib.data.tokenizers import MASK, NEWLINE_WORD, SENTINELS, TOKENIZER
 ADJECTIVE_IDS = {TOKENIZER[a]: positive for a, positive in world.FOOD_ADJECTIVES.items()}
 
 
-def adjective_fills_asked(reviews: list, ask) -> dict:
+def _adjective_fills(reviews: list, ask) -> dict:
     """The food adjective of each review filled in one step, ask(ids, slots) -> logits (N, V): the share of
     fills (argmax over the whole vocabulary) that are food adjectives, that also have the polarity the rest of
     the review demands, the same polarity share with the argmax taken among the 16 food adjectives only (a
@@ -53,7 +53,7 @@ def adjective_fill(model, kind: str, reviews: list) -> dict:
     """Fill the food adjective in one step (argmax over the whole vocabulary) by the shared slot protocol:
     the share of fills that are food adjectives, that also have the polarity the rest of the review
     demands, and the most common fills."""
-    return adjective_fills_asked(reviews, lambda ids, slots: slot_logits(model, kind, ids, slots))
+    return _adjective_fills(reviews, lambda ids, slots: slot_logits(model, kind, ids, slots))
 
 
 @torch.no_grad()
@@ -163,7 +163,7 @@ def objective_accuracy(model, make_batch, window: int, batches: int = 20, batch_
 def training_format(model, objective: dict, reviews: list) -> dict:
     """The rating and the one-step adjective fill asked in the format of the model's own objective (a recipe
     config; see `lib.protocols.training_format_logits`)."""
-    fill = adjective_fills_asked(reviews, lambda ids, slots: training_format_logits(model, objective, ids, slots))
+    fill = _adjective_fills(reviews, lambda ids, slots: training_format_logits(model, objective, ids, slots))
     return {"rating": training_format_accuracy(model, objective, reviews),
             "fill: food adjective": fill["food_adjective"], "fill: right polarity": fill["right_polarity"]}
 

@@ -142,11 +142,11 @@ def self_draft(model, prompts, new: int = 24) -> dict:
     return {"acceptance": acceptance, "tokens_per_pass": ids.shape[0] * new / passes}
 
 
-def diffusion_lines(model, n: int, steps: int, seed: int = 0, order: str = "confidence") -> list:
+def diffusion_lines(model, n: int, steps: int, seed: int = 0) -> list:
     """n lines written by `diffusion_generate` after a newline (as `capabilities.generate_lines` starts), in
     `steps` passes over the model's context: the text up to the first newline."""
     ids = diffusion_generate(model, model.config.context, steps, torch.Generator().manual_seed(seed), n,
-                             prefix=[NEWLINE_WORD], order=order)
+                             prefix=[NEWLINE_WORD])
     return [TOKENIZER.decode(row[1:]).split("\n")[0] for row in ids.tolist()]
 
 
