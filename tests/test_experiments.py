@@ -412,3 +412,10 @@ def test_bert_writes_with_masks_to_the_right_only_when_asked():
     lengths.clear()
     capabilities.generate_lines(model, "bidirectional", 3, seed=1)
     assert lengths[:3] == [2, 3, 4]                         # what is written so far, plus one <mask>
+
+
+def test_zero_shot_readouts_are_the_two_readouts_of_one_forward_pass():
+    model = trainer.build_model(tiny_config("bert")).double().eval()
+    assert protocols.zero_shot_readouts(model, "bidirectional", REVIEWS) == {
+        "zero-shot": protocols.rating_accuracy(model, "bidirectional", REVIEWS),
+        "AUC": protocols.rating_margin_auc(model, "bidirectional", REVIEWS)}

@@ -135,6 +135,8 @@ def test_every_yardstick_entry_is_computed_for_its_current_key():
     entries = yardstick.entries()
     assert len({e.name for e in entries}) == len(entries)
     assert [e.name for e in yardstick.missing()] == []
+    # `entry` finds each of them by what a notebook asks for (through an index built once)
+    assert all(yardstick.entry(e.run.name, e.step, e.head, e.form, e.rates is not None) == e for e in entries)
 
 
 class _Reader(torch.nn.Module):

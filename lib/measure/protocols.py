@@ -240,6 +240,17 @@ def rating_margins(model, kind: str, reviews: list) -> list:
     return margins_of(slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids]))
 
 
+def zero_shot_readouts(model, kind: str, reviews: list) -> dict:
+    """{"zero-shot": `rating_accuracy`, "AUC": `rating_margin_auc`} from one forward pass in the measuring dtype
+    (the two read the same rating-slot logits; for a model already in float64 both equal the separate calls)."""
+    model = precision.for_measurement(model)
+    ids = [line_ids(r) for r in reviews]
+    logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])
+    predicted = [world.RATINGS[i] for i in logits[:, RATING_IDS].argmax(-1).tolist()]
+    return {"zero-shot": sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews),
+            "AUC": good_above_bad(margins_of(logits), reviews)}
+
+
 def margins_of(logits) -> list:
     """logit(good) - logit(bad) of each row of rating-slot logits (N, V), rounded to 1e-9 (`rating_margins`)."""
     return [round(m, 9) for m in (logits[:, RATING_IDS[0]] - logits[:, RATING_IDS[2]]).tolist()]
