@@ -22,6 +22,7 @@ import bisect
 import html.parser
 import importlib
 import json
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -556,6 +557,8 @@ def test_the_anchor_rule_catches_misquotes_that_the_printed_anywhere_rule_lets_t
     as not printed in its section and the others as not from the row they name."""
     planted = []
     for path in NOTEBOOKS:
+        if not prose_figures(markdown_of(path))[0]:     # a listing without figures in its prose (the roster)
+            continue
         nb = load(path)
         cells = nb["cells"]
         section = [0] * len(cells)
@@ -683,3 +686,19 @@ def test_code_cells_are_short_and_call_public_names_only(path):
     private = sorted({name for source in cells for name in PRIVATE_NAME.findall(source)})
     assert not private, f"{path.name} reaches into private names: {private}"
     assert PRIVATE_NAME.findall("x = moe.MoELayer._routed(h) + np.pi") == ["moe.MoELayer._routed"]
+
+
+def reading_minutes(path: Path) -> int:
+    """The intro's reading time of a section: its prose (markdown cells' characters) at about 300 per minute,
+    rounded up to 5 minutes."""
+    prose = sum(len("".join(c["source"])) for c in load(path)["cells"] if c["cell_type"] == "markdown")
+    return math.ceil(prose / 300 / 5) * 5
+
+
+def test_the_intro_map_lists_every_section_with_its_current_reading_time():
+    rows = re.findall(r"^\| §(\d\d) [^|]+\|[^|]+\|[^|]+\| 约 (\d+) 分钟 \|$", (BOOK / "intro.md").read_text(), re.M)
+    sections = {p.name[:2]: p for p in NOTEBOOKS if p.name[:2].isdigit()}
+    assert [number for number, _ in rows] == sorted(sections)
+    stale = {number: (int(minutes), reading_minutes(sections[number])) for number, minutes in rows
+             if int(minutes) != reading_minutes(sections[number])}
+    assert not stale, f"reading times in intro.md (written, computed) that no longer match the prose: {stale}"

@@ -13,6 +13,7 @@ table is named and configured.
 """
 
 import difflib
+import re
 import functools
 
 from lib.recipes import base, comparison, electra, finetuning, inference, inside, modern, moe, patches, retrieval, ul2
@@ -62,3 +63,51 @@ def load(name: str):
     (`lib.measure.precision`)."""
     model, log = processes.get_or_train(run(name))
     return precision.for_measurement(model, copy_model=False), log
+
+
+TOKENIZERS = {44: "characters", 354: "words"}      # the book's two vocabularies, by size (lib.data.tokenizers)
+SHAPE = ("vocab_size", "context", "d_model", "n_layers", "n_heads")   # a network's size; its other options are named
+
+
+def trained_on(run: cache.Run) -> str:
+    """What a run's config says it is trained on: objective and kind (§04, §05, §08), backbone (§06's "decoder" reads
+    its source bidirectionally: a non-causal decoder) and denoisers (§06),
+    task, preference loss and LoRA rank (§11); the character-level trainers' causal LM otherwise."""
+    c = run.config
+    parts = [str(c[k]) for k in ("objective", "kind") if k in c]
+    parts += [{"decoder": "non-causal decoder"}.get(c["backbone"], c["backbone"])] if "backbone" in c else []
+    if "denoisers" in c:
+        parts.append("denoisers " + "".join(dict.fromkeys(d[0] for d in c["denoisers"])) + (" + mode tokens" if c["mode_tokens"] else ""))
+    parts += [f"SFT, task {c['task']}"] if "task" in c else []
+    parts += [c["loss"] + (f", beta {c['beta']}" if c["loss"] != "sft" else "")] if "loss" in c else []
+    parts += [f"LoRA rank {c['lora_rank']}"] if "lora_rank" in c else []
+    return ", ".join(parts) or {"char_lm": "causal LM", "reader": "causal LM"}.get(run.train_fn.trainer_name, "-")
+
+
+def roster() -> list:
+    """One row per recipe of the book (its seeds together, listed under the first section that trains it): section,
+    the run's name with the seed left out, the trainer, the network (its class and the options beyond its size),
+    what it is trained on, the tokens, the window, width x layers, parameters (counted in the committed
+    checkpoint, a tied matrix once), steps, seeds and the checkpoints it starts from.  Read from the tables and the
+    checkpoints, so it cannot go stale; a missing checkpoint is an error (train it first: `python -m lib.recipes`)."""
+    groups = {}
+    for number in SECTIONS:
+        for r in section_runs(number):
+            recipe = re.sub(r"_seed\d+$", "", r.name)
+            if groups.get(recipe, (number,))[0] == number:
+                groups.setdefault(recipe, (number, []))[1].append(r)
+    rows = []
+    for recipe, (number, runs) in groups.items():
+        saved = cache.read(cache.path_of(runs[0]))
+        sizes = {t.untyped_storage().data_ptr(): t.numel() for t in saved["state_dict"].values()}
+        model = saved["model_config"]
+        options = ", ".join(f"{k} {v}" for k, v in model.items() if k not in SHAPE and v is not None)
+        rows.append({"section": number, "run": recipe, "trainer": runs[0].train_fn.trainer_name,
+                     "network": saved["model_class"] + (f" ({options})" if options else ""),
+                     "trained on": trained_on(runs[0]), "tokens": TOKENIZERS.get(model.get("vocab_size"), "-"),
+                     "window": runs[0].config.get("window", model.get("context", "-")),
+                     "d x layers": f"{model['d_model']} x {model['n_layers']}" if "d_model" in model else "-",
+                     "parameters": sum(sizes.values()), "steps": runs[0].config["steps"],
+                     "seeds": ", ".join(str(r.config.get("seed", 0)) for r in runs),
+                     "starts from": ", ".join(sorted({re.sub(r"_seed\d+$", "", p.name) for p in runs[0].parents})) or "-"})
+    return rows
