@@ -702,3 +702,22 @@ def test_the_intro_map_lists_every_section_with_its_current_reading_time():
     stale = {number: (int(minutes), reading_minutes(sections[number])) for number, minutes in rows
              if int(minutes) != reading_minutes(sections[number])}
     assert not stale, f"reading times in intro.md (written, computed) that no longer match the prose: {stale}"
+
+
+def test_every_figure_on_the_closing_page_is_printed_by_a_section_it_links():
+    """The closing chapter quotes the book's measurements: each paragraph or list item that states a figure links the
+    section(s) whose outputs print it."""
+    text = (BOOK / "12_closing.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.split(r"\n\s*\n|\n(?=\d+\. )", text) if b.strip()]
+    checked_any = 0
+    for block in blocks:
+        figures = prose_figures(block)[0]
+        if not figures:
+            continue
+        linked = re.findall(r"\]\((\d\d_\w+\.ipynb)\)", block)
+        assert linked, f"figures {figures} without a link to the section that prints them: {block[:60]}"
+        printed = set().union(*(numbers(output_text(load(BOOK / name))) for name in linked))
+        missing = [f for f in figures if f not in printed]
+        assert not missing, f"{missing} printed by none of {linked}: {block[:60]}"
+        checked_any += len(figures)
+    assert checked_any >= 50, checked_any
