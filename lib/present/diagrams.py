@@ -3,18 +3,21 @@
     fig, axes = plt.subplots(1, 2)
     block_diagram(axes[0], "before", [("LayerNorm", False), ("attention", True), ...], below=[...], above=[...])
     models_diagram(ax, "DPO", [("policy", "trains", True), ("reference", "frozen", False)])   # section 11
+    fig = tiny_gpt(model.config)                    # section 02: the base model's data flow, sizes from its config
 """
 
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+import matplotlib.pyplot as plt
+from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
 
 CHANGED = "#f6c85f"     # a part section 09 replaces
 SAME = "#dfe7f2"
+ATTENTION, MLP, EMBED, FADED = "#dbe9f6", "#fde3c8", "#e3f1df", "#888888"
 
 
-def _box(ax, y, text, changed, x=0.5, width=0.62, height=0.075):
+def _box(ax, y, text, changed, x=0.5, width=0.62, height=0.075, color=None, size=8.5):
     ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0.01",
-                                facecolor=CHANGED if changed else SAME, edgecolor="#444444", linewidth=1))
-    ax.text(x, y, text, ha="center", va="center", fontsize=8.5)
+                                facecolor=color or (CHANGED if changed else SAME), edgecolor="#444444", linewidth=1))
+    ax.text(x, y, text, ha="center", va="center", fontsize=size)
 
 
 def _arrow(ax, start, end, **style):
@@ -57,3 +60,51 @@ def models_diagram(ax, title: str, models: list):
         _box(ax, 0.55, name, trains, x=x, width=width * 0.85, height=0.3)
         ax.text(x, 0.18, role, ha="center", va="center", fontsize=7.5, color="#444444")
     ax.text(0.99, 0.95, "shaded: trains", ha="right", va="top", fontsize=7, color="#666666")
+
+
+
+def _add(ax, x, y):
+    ax.add_patch(Circle((x, y), 0.17, facecolor="white", edgecolor="#444444", linewidth=1, zorder=3))
+    ax.text(x, y, "+", ha="center", va="center", fontsize=11, zorder=4)
+
+
+def tiny_gpt(config, title: str = "TinyGPT: one forward pass"):
+    """The base model's data flow (a pre-LayerNorm GPT): token and position embeddings summed into the residual
+    stream; in each block, LayerNorm -> attention -> added back, LayerNorm -> MLP -> added back; the last LayerNorm,
+    and the output layer that is the token embedding.  Sizes from `config` (a `ModelConfig`); B = batch, T = positions."""
+    d, h, V, T, L = config.d_model, config.n_heads, config.vocab_size, config.context, config.n_layers
+    fig, ax = plt.subplots(figsize=(7.2, 8.6))
+    ax.set_xlim(-1.6, 6.2)
+    ax.set_ylim(0.4, 11.1)
+    ax.axis("off")
+    rx, bx = 0.6, 3.6                                            # x of the residual stream and of the sub-layers
+    _box(ax, 10.6, f"token ids  (B, T), T ≤ {T}", False, x=rx, width=3.0, height=0.52, color="white")
+    for x, text in ((-0.45, f"wte: {V} × {d}"), (1.65, f"wpe: {T} × {d}")):
+        _box(ax, 9.6, text, False, x=x, width=1.9, height=0.52, color=EMBED)
+        _arrow(ax, (rx + (x - rx) * 0.4, 10.34), (x + (rx - x) * 0.15, 9.86))
+        _arrow(ax, (x, 9.34), (rx + (0.14 if x > rx else -0.14), 9.06))
+    _add(ax, rx, 8.95)
+    ax.text(rx - 0.3, 7.9, f"residual stream x\n(B, T, {d})", ha="right", va="top", fontsize=8.5, color=FADED)
+    ax.add_patch(Rectangle((-1.45, 2.75), 7.5, 5.75, fill=False, linestyle="--", edgecolor=FADED))
+    ax.text(6.0, 8.35, f"block × {L}", ha="right", va="top", fontsize=9, color=FADED)
+    ax.plot([rx, rx], [8.78, 2.35], color=FADED, linewidth=3, zorder=0)
+    sublayers = ((8.1, ["LayerNorm", f"qkv: {d} → {3 * d}", f"{h} heads × {d // h}: softmax(q·kᵀ/√{d // h} + mask)·v",
+                        f"proj: {d} → {d}"], ATTENTION, "attention"),
+                 (5.35, ["LayerNorm", f"fc: {d} → {config.hidden}, GELU", f"fc2: {config.hidden} → {d}"], MLP, "MLP"))
+    for top, rows, color, name in sublayers:
+        ys = [top - 0.6 * k for k in range(len(rows))]
+        _arrow(ax, (rx, top + 0.1), (bx - 1.35, ys[0]))
+        for k, (y, text) in enumerate(zip(ys, rows)):
+            _box(ax, y, text, False, x=bx, width=3.9 if "heads" in text else 2.7, height=0.52, color=color)
+            if k:
+                _arrow(ax, (bx, ys[k - 1] - 0.26), (bx, y + 0.26))
+        _add(ax, rx, ys[-1] - 0.45)
+        _arrow(ax, (bx, ys[-1] - 0.26), (rx + 0.17, ys[-1] - 0.45))
+        ax.text(bx + 2.1, (ys[0] + ys[-1]) / 2, name, rotation=90, ha="center", va="center", fontsize=9)
+    _box(ax, 2.1, "LayerNorm (ln_f)", False, x=rx, width=2.4, height=0.52, color="white")
+    _box(ax, 1.35, f"logits = x · wteᵀ  (B, T, {V})", False, x=rx, width=3.2, height=0.52, color=EMBED)
+    _arrow(ax, (rx, 1.84), (rx, 1.61))
+    ax.text(rx + 1.75, 1.35, "the output layer is the\ntoken embedding (tied)", ha="left", va="center", fontsize=8)
+    ax.set_title(title, fontsize=11)
+    fig.tight_layout()
+    return fig
