@@ -4,6 +4,7 @@
     block_diagram(axes[0], "before", [("LayerNorm", False), ("attention", True), ...], below=[...], above=[...])
     models_diagram(ax, "DPO", [("policy", "trains", True), ("reference", "frozen", False)])   # section 11
     fig = tiny_gpt(model.config)                    # section 02: the base model's data flow, sizes from its config
+    fig = architectures(tokens, masked=2, prefix=4, t5_source=..., t5_target=...)   # section 03: where each has a loss
 """
 
 import matplotlib.pyplot as plt
@@ -107,4 +108,69 @@ def tiny_gpt(config, title: str = "TinyGPT: one forward pass"):
     ax.text(rx + 1.75, 1.35, "the output layer is the\ntoken embedding (tied)", ha="left", va="center", fontsize=8)
     ax.set_title(title, fontsize=11)
     fig.tight_layout()
+    return fig
+
+
+LOSS, NO_LOSS = "#f4c7c3", "#f2f2f2"
+
+
+def _token_row(ax, xs, y, tokens, losses=None):
+    """One row of token boxes; where `losses` is given, a shaded box carries a loss and a pale one does not."""
+    for x, token, loss in zip(xs, tokens, losses or [None] * len(tokens)):
+        _box(ax, y, token, False, x=x, width=0.86, height=0.5, size=8 if len(token) <= 4 else 6.5,
+             color="white" if loss is None else (LOSS if loss else NO_LOSS))
+
+
+def _stack(ax, x0, x1, y, text, color):
+    ax.add_patch(FancyBboxPatch((x0, y - 0.35), x1 - x0, 0.7, boxstyle="round,pad=0.02", facecolor=color,
+                                edgecolor="#444444", linewidth=1))
+    ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=8.5)
+
+
+def architectures(tokens: list, masked: int, prefix: int, t5_source: list, t5_target: list):
+    """The four families on one example, where each computes a loss (shaded targets): GPT (one stack, causal: every
+    next token), prefix LM (the first `prefix` tokens a bidirectional prefix: the tokens after it), BERT (one stack,
+    bidirectional: the token at `masked`, given as <mask>), T5 (an encoder reads `t5_source`, a decoder writes
+    `t5_target` after <bos>, reading the encoder through cross-attention: every target token)."""
+    fig, axes = plt.subplots(2, 2, figsize=(10.5, 6.2))
+    n = len(tokens)
+    xs = list(range(n - 1))
+    one_stack = [("GPT: causal mask", tokens[:-1], tokens[1:], [True] * (n - 1), ATTENTION),
+                 (f"prefix LM: the first {prefix} tokens see each other", tokens[:-1], tokens[1:],
+                  [i >= prefix - 1 for i in range(n - 1)], ATTENTION),
+                 ("BERT: bidirectional mask", [t if i != masked else "<mask>" for i, t in enumerate(tokens)], tokens,
+                  [i == masked for i in range(n)], MLP)]
+    for ax, (title, inputs, targets, losses, color) in zip(axes.flat, one_stack):
+        xs = list(range(len(inputs)))
+        _token_row(ax, xs, 0.5, inputs)
+        _stack(ax, -0.5, len(inputs) - 0.5, 1.6, "one stack of blocks", color)
+        _token_row(ax, xs, 2.7, targets, losses)
+        for x in xs:
+            _arrow(ax, (x, 0.77), (x, 1.23))
+            _arrow(ax, (x, 1.97), (x, 2.43))
+        ax.set_title(title, fontsize=9.5)
+    ax = axes.flat[3]
+    src, dec = list(range(len(t5_source))), [len(t5_source) + 0.6 + k for k in range(len(t5_target))]
+    _token_row(ax, src, 0.5, t5_source)
+    _stack(ax, -0.5, len(t5_source) - 0.5, 1.6, "encoder (bidirectional)", MLP)
+    _token_row(ax, dec, 0.5, ["<bos>", *t5_target[:-1]])
+    _stack(ax, dec[0] - 0.5, dec[-1] + 0.5, 1.6, "decoder (causal)", ATTENTION)
+    _token_row(ax, dec, 2.7, t5_target, [True] * len(t5_target))
+    _arrow(ax, (len(t5_source) - 0.5, 1.6), (dec[0] - 0.5, 1.6))
+    ax.text((len(t5_source) + dec[0]) / 2 - 0.5, 1.95, "cross-\nattention", ha="center", fontsize=7.5)
+    for x in src:
+        _arrow(ax, (x, 0.77), (x, 1.23))
+    for x in dec:
+        _arrow(ax, (x, 0.77), (x, 1.23))
+        _arrow(ax, (x, 1.97), (x, 2.43))
+    ax.set_title("T5: encoder-decoder, spans replaced by sentinels", fontsize=9.5)
+    width = max(len(t5_source) + len(t5_target) + 0.6, n)
+    for ax in axes.flat:
+        ax.set_xlim(-0.7, width - 0.3)
+        ax.set_ylim(0, 3.3)
+        ax.axis("off")
+        ax.text(-0.65, 0.5, "in", ha="right", va="center", fontsize=8, color=FADED)
+        ax.text(-0.65, 2.7, "out", ha="right", va="center", fontsize=8, color=FADED)
+    fig.text(0.5, 0.01, "shaded output: a loss is computed there; pale: computed, no loss", ha="center", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
