@@ -86,9 +86,9 @@ def trained_on(run: cache.Run) -> str:
 
 def roster() -> list:
     """One row per recipe of the book (its seeds together, listed under the first section that trains it): section,
-    the run's name with the seed left out, the trainer, the network (its class and the options beyond its size),
-    what it is trained on, the tokens, the window, width x layers, parameters (counted in the committed
-    checkpoint, a tied matrix once), steps, seeds and the checkpoints it starts from.  Read from the tables and the
+    the run's name with the seed left out, the network (its class, width x layers and the options beyond its
+    size), what it is trained on (`trained_on`; then the checkpoints it starts from), the window and its tokens,
+    parameters (counted in the committed checkpoint, a tied matrix once), steps and (seeds).  Read from the tables and the
     checkpoints, so it cannot go stale; a missing checkpoint is an error (train it first: `python -m lib.recipes`)."""
     groups = {}
     for number in SECTIONS:
@@ -102,12 +102,13 @@ def roster() -> list:
         sizes = {t.untyped_storage().data_ptr(): t.numel() for t in saved["state_dict"].values()}
         model = saved["model_config"]
         options = ", ".join(f"{k} {v}" for k, v in model.items() if k not in SHAPE and v is not None)
-        rows.append({"section": number, "run": recipe, "trainer": runs[0].train_fn.trainer_name,
-                     "network": saved["model_class"] + (f" ({options})" if options else ""),
-                     "trained on": trained_on(runs[0]), "tokens": TOKENIZERS.get(model.get("vocab_size"), "-"),
-                     "window": runs[0].config.get("window", model.get("context", "-")),
-                     "d x layers": f"{model['d_model']} x {model['n_layers']}" if "d_model" in model else "-",
-                     "parameters": sum(sizes.values()), "steps": runs[0].config["steps"],
-                     "seeds": ", ".join(str(r.config.get("seed", 0)) for r in runs),
-                     "starts from": ", ".join(sorted({re.sub(r"_seed\d+$", "", p.name) for p in runs[0].parents})) or "-"})
+        window = runs[0].config.get("window", model.get("context"))
+        size = f", {model['d_model']} x {model['n_layers']}" if "d_model" in model else ""
+        rows.append({"section": number, "run": recipe,
+                     "network": saved["model_class"] + size + (f" ({options})" if options else ""),
+                     "trained on": trained_on(runs[0]) + "".join(f"; from {name}" for name in sorted(
+                         {re.sub(r"_seed\d+$", "", p.name) for p in runs[0].parents})),
+                     "window": f"{window} {TOKENIZERS.get(model.get('vocab_size'), 'tokens')}" if window else "-",
+                     "params": sum(sizes.values()),
+                     "steps (seeds)": f"{runs[0].config['steps']:,} ({' '.join(str(r.config.get('seed', 0)) for r in runs)})"})
     return rows
