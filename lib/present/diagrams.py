@@ -174,3 +174,47 @@ def architectures(tokens: list, masked: int, prefix: int, t5_source: list, t5_ta
     fig.text(0.5, 0.01, "shaded output: a loss is computed there; pale: computed, no loss", ha="center", fontsize=8.5)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
+
+
+def moe_layer(model: dict, chosen: tuple):
+    """One MoE feed-forward layer for one token, from a config's "model" dict (`n_experts`, `top_k`, `expert_hidden`,
+    `n_shared`, `capacity_factor`, `d_model`): the router's softmax over the experts, the top-k kept (`chosen`, an
+    example), only those experts computed, their outputs weighted by the gates and summed, added to the residual
+    stream; a shared expert, if any, computed for every token."""
+    d, E, k, h = model["d_model"], model["n_experts"], model["top_k"], model["expert_hidden"]
+    if len(chosen) != k or not all(0 <= i < E for i in chosen):
+        raise ValueError(f"chosen must name {k} of the {E} experts, got {chosen}")
+    shared = model.get("n_shared", 0)
+    columns = E + shared
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.05 * columns + 1.5), 5.2))
+    ax.set_xlim(-1.2, columns + 0.2)
+    ax.set_ylim(-0.2, 5.6)
+    ax.axis("off")
+    mid = (columns - 1) / 2
+    _box(ax, 0.3, f"x: one token's hidden state ({d})", False, x=mid, width=3.4, height=0.45, color="white")
+    _box(ax, 1.3, f"router: softmax(W_r x), W_r is {E} × {d}; keep the top {k}", False, x=mid, width=5.2, height=0.45,
+         color=ATTENTION)
+    _arrow(ax, (mid, 0.53), (mid, 1.07))
+    for i in range(columns):
+        is_shared = i >= E
+        used = is_shared or i in chosen
+        name = "shared" if is_shared else f"expert {i}"
+        _box(ax, 2.75, f"{name}\n{d}→{h}→{d}", False, x=i, width=0.9, height=0.75, size=7.5,
+             color=(MLP if used else "#f2f2f2"))
+        if used:
+            _arrow(ax, (mid + (i - mid) * 0.25, 1.53), (i, 2.37))
+            _arrow(ax, (i, 3.13), (mid + (i - mid) * 0.15, 3.83))
+            ax.text(i, 3.35, "× 1" if is_shared else f"× g{i}", ha="center", fontsize=7.5)
+        else:
+            ax.text(i, 2.2, "not computed", ha="center", fontsize=6.5, color=FADED)
+    _box(ax, 4.05, "y = Σ g_i · expert_i(x)", False, x=mid, width=3.2, height=0.45, color="white")
+    _box(ax, 5.0, "x + y  (the residual stream)", False, x=mid, width=3.2, height=0.45, color="white")
+    _arrow(ax, (mid, 4.28), (mid, 4.77))
+    capacity = model.get("capacity_factor")
+    note = (f"capacity: an expert takes at most {capacity} × (tokens × {k} / {E}) assignments per batch; the rest are "
+            "dropped" if capacity else "no capacity limit: nothing is dropped")
+    ax.text(mid, -0.15, note, ha="center", fontsize=8, color=FADED)
+    ax.set_title(f"an MoE layer: {E} experts" + (f" + {shared} shared" if shared else "") + f", top-{k} per token",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
