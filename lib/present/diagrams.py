@@ -218,3 +218,40 @@ def moe_layer(model: dict, chosen: tuple):
                  fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def electra(tokens: list, samples: dict, generator_width: int, width: int):
+    """ELECTRA on one example: `tokens` (the original), `samples` {position: the generator's draw there} (an
+    example; a draw equal to the original is labelled original).  The generator (a small masked LM, `generator_width`)
+    reads the tokens with <mask> at those positions and is scored there; the discriminator (`width`, as BERT) reads the
+    corrupted tokens and is scored at every position: replaced or original."""
+    n = len(tokens)
+    corrupted = [samples.get(i, t) for i, t in enumerate(tokens)]
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.95 * n + 2.2), 6.0))
+    ax.set_xlim(-2.4, n - 0.3)
+    ax.set_ylim(-0.3, 6.9)
+    ax.axis("off")
+    rows = [(0.3, "original", tokens, None),
+            (1.3, "generator reads", ["<mask>" if i in samples else t for i, t in enumerate(tokens)], None),
+            (3.3, "generator writes", corrupted, [i in samples for i in range(n)]),
+            (5.3, "discriminator says", ["replaced" if c != t else "original" for c, t in zip(corrupted, tokens)],
+             [True] * n)]
+    for y, label, row, losses in rows:
+        _token_row(ax, range(n), y, row, losses)
+        ax.text(-0.6, y, label, ha="right", va="center", fontsize=8.5)
+    _stack(ax, -0.5, n - 0.5, 2.3, f"generator: a small masked LM (width {generator_width}); a draw from its softmax "
+           "fills each <mask>", MLP)
+    _stack(ax, -0.5, n - 0.5, 4.3, f"discriminator: as wide as BERT ({width}), bidirectional; one logit per position",
+           ATTENTION)
+    for i in range(n):
+        _arrow(ax, (i, 0.57), (i, 1.03))
+        _arrow(ax, (i, 3.57), (i, 3.95))
+        _arrow(ax, (i, 4.65), (i, 5.03))
+        _arrow(ax, (i, 1.57), (i, 1.95))                  # the generator reads every position
+        if i in samples:                                  # and writes only at its <mask>s (the rest are copied)
+            _arrow(ax, (i, 2.65), (i, 3.03))
+    ax.text((n - 1) / 2, 6.55, "shaded: a loss is computed there (the generator's at its <mask>s, the discriminator's "
+            "everywhere); the draw cannot be differentiated, so the discriminator's loss never reaches the generator",
+            ha="center", fontsize=7.5, wrap=True)
+    fig.tight_layout()
+    return fig
