@@ -255,3 +255,44 @@ def electra(tokens: list, samples: dict, generator_width: int, width: int):
             ha="center", fontsize=7.5, wrap=True)
     fig.tight_layout()
     return fig
+
+
+def cached_heads(configs: dict):
+    """What a decoder caches per token and layer, for each {name: ModelConfig}: the query heads (top) and the key/value
+    heads they read (bottom: one pair per head in MHA, one per group in GQA, one in MQA); MLA caches one latent vector
+    (and a shared RoPE key) from which every head's key and value are expanded.  The numbers are the config's."""
+    from lib.nn.models import kv_numbers_per_token     # the count §10 checks against the tensors
+    fig, axes = plt.subplots(1, len(configs), figsize=(3.1 * len(configs), 3.4))
+    for ax, (name, config) in zip(axes, configs.items()):
+        h, d_h = config.n_heads, config.d_model // config.n_heads
+        ax.set_xlim(-0.6, h - 0.4)
+        ax.set_ylim(-0.9, 3.0)
+        ax.axis("off")
+        for i in range(h):
+            _box(ax, 2.3, f"q{i}", False, x=i, width=0.7, height=0.4, color=ATTENTION, size=8)
+        if config.kv_latent:
+            c = config.kv_latent
+            _box(ax, 0.0, f"c ({c}) + RoPE key ({config.rope_key})", False, x=(h - 1) / 2, width=h - 0.2, height=0.42,
+                 color=EMBED, size=8)
+            for i in range(h):
+                _box(ax, 1.15, f"k{i} v{i}", False, x=i, width=0.7, height=0.4, color="#f2f2f2", size=7)
+                _arrow(ax, ((h - 1) / 2 + (i - (h - 1) / 2) * 0.5, 0.21), (i, 0.95))
+                _arrow(ax, (i, 1.35), (i, 2.1))
+            ax.text((h - 1) / 2, 0.6, "expanded per head (not cached)", ha="center", fontsize=7, color=FADED,
+                    bbox=dict(facecolor="white", edgecolor="none", pad=0.5))
+        else:
+            g = config.groups
+            kv_x = [(j + 0.5) * h / g - 0.5 for j in range(g)]
+            for j, x in enumerate(kv_x):
+                _box(ax, 0.0, f"k{j} v{j}", False, x=x, width=0.7, height=0.42, color=EMBED, size=8)
+            for i in range(h):
+                x = kv_x[i * g // h]
+                _arrow(ax, (x, 0.21), (i, 2.1))
+        per_layer = kv_numbers_per_token(config) // config.n_layers
+        ax.text((h - 1) / 2, -0.65, f"cached per token and layer: {per_layer}", ha="center", fontsize=8.5)
+        ax.set_title(name, fontsize=10)
+    fig.text(0.5, 0.99, f"query heads (top) and what they read from the cache (shaded: cached); d_h = "
+             f"{next(iter(configs.values())).d_model // next(iter(configs.values())).n_heads}", ha="center", va="top",
+             fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig
