@@ -296,3 +296,34 @@ def cached_heads(configs: dict):
              fontsize=8.5)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
+
+
+def retrieval_pipeline(question: str, datastore_size: int, retrieved: str, prompt: str, answer: str):
+    """Retrieval-augmented answering as §07 builds it: the question goes to a retriever over the datastore, the line
+    it returns is put before the question, and the reader writes the answer from that prompt.  The strings are the
+    example's own (computed by the notebook); the boxes say which part is a model and which is data."""
+    fig, ax = plt.subplots(figsize=(10.5, 3.6))
+    ax.set_xlim(0, 10.5)
+    ax.set_ylim(0, 3.6)
+    ax.axis("off")
+    _box(ax, 3.0, f"question  {question!r}", False, x=1.9, width=3.5, height=0.5, color="white", size=8.5)
+    _box(ax, 1.6, "retriever\n(TF-IDF or a dual encoder)", False, x=1.9, width=3.0, height=0.75, color=ATTENTION)
+    _box(ax, 0.4, f"datastore: {datastore_size} lines, one per person", False, x=1.9, width=3.5, height=0.5,
+         color=EMBED, size=8.5)
+    _arrow(ax, (1.9, 2.75), (1.9, 1.98))
+    _arrow(ax, (1.9, 0.65), (1.9, 1.22))
+    _box(ax, 1.6, f"top line  {retrieved!r}", False, x=5.2, width=2.9, height=0.5, color=EMBED, size=8.5)
+    _arrow(ax, (3.4, 1.6), (3.75, 1.6))
+    _box(ax, 3.0, "the reader's prompt:\n" + prompt.replace("\n", "\\n\n"), False, x=8.4, width=3.6, height=0.95,
+         color="white", size=8)
+    _arrow(ax, (6.65, 1.75), (6.95, 2.6))
+    _arrow(ax, (3.65, 3.0), (6.6, 3.0))
+    _box(ax, 1.35, "reader: the base model fine-tuned\nto answer from the line before the question", False,
+         x=8.4, width=3.3, height=0.75, color=MLP)
+    _arrow(ax, (8.4, 2.52), (8.4, 1.73))
+    _box(ax, 0.35, f"answer  {answer!r}", False, x=8.4, width=2.6, height=0.45, color=LOSS, size=8.5)
+    _arrow(ax, (8.4, 0.97), (8.4, 0.58))
+    ax.text(5.2, 0.35, "change a line of the datastore:\nthe answer changes, no training", ha="center", fontsize=8,
+            color=FADED)
+    fig.tight_layout()
+    return fig
