@@ -72,7 +72,8 @@ def _add(ax, x, y):
 def tiny_gpt(config, title: str = "TinyGPT: one forward pass"):
     """The base model's data flow (a pre-LayerNorm GPT): token and position embeddings summed into the residual
     stream; in each block, LayerNorm -> attention -> added back, LayerNorm -> MLP -> added back; the last LayerNorm,
-    and the output layer that is the token embedding.  Sizes from `config` (a `ModelConfig`); B = batch, T = positions."""
+    and the output layer that is the token embedding.  Sizes from `config` (a `ModelConfig`); B = batch,
+    T = positions."""
     d, h, V, T, L = config.d_model, config.n_heads, config.vocab_size, config.context, config.n_layers
     fig, ax = plt.subplots(figsize=(7.2, 8.6))
     ax.set_xlim(-1.6, 6.2)
