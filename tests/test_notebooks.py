@@ -722,3 +722,18 @@ def test_every_figure_on_the_closing_page_is_printed_by_a_section_it_links():
         assert not missing, f"{missing} printed by none of {linked}: {block[:60]}"
         checked_any += len(figures)
     assert checked_any >= 50, checked_any
+
+
+def test_each_section_opens_with_the_intro_maps_route_and_prerequisites():
+    """The "where we are" strip under each section's title says what the intro's map says: main path (with the
+    section in bold) or deep dive, and what to read first."""
+    intro = (BOOK / "intro.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| §(\d\d) [^|]+\| ([^|]+) \| (主线|专题) \| 约 \d+ 分钟 \|$", intro, re.M)
+    main = re.search(r"\*\*主线\*\*是 ([§\d → ]+)：", intro).group(1).split(" → ")
+    sections = {p.name[:2]: p for p in NOTEBOOKS if p.name[:2].isdigit()}
+    assert sorted(number for number, _, _ in rows) == sorted(sections)
+    for number, first, route in rows:
+        where = ("主线 " + " → ".join(f"**{s}**" if s == f"§{number}" else s for s in main) if route == "主线"
+                 else "专题（§05、§06、§07 可以按兴趣跳读）")
+        opening = "".join(load(sections[number])["cells"][0]["source"])
+        assert f"\n> **路线**：{where} ｜ **先读**：{first}\n" in opening, (number, opening[:300])
