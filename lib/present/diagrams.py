@@ -259,12 +259,12 @@ def electra(tokens: list, samples: dict, generator_width: int, width: int):
 
 
 def cached_heads(configs: dict):
-    """What a decoder caches per token and layer, for each {name: ModelConfig}: the query heads (top) and the key/value
-    heads they read (bottom: one pair per head in MHA, one per group in GQA, one in MQA); MLA caches one latent vector
-    (and a shared RoPE key) from which every head's key and value are expanded.  The numbers are the config's."""
-    from lib.nn.models import kv_numbers_per_token     # the count §10 checks against the tensors
+    """What a decoder caches per token and layer, for each {name: (ModelConfig, numbers cached per token and layer)}:
+    the query heads (top) and the key/value heads they read (bottom: one pair per head in MHA, one per group in GQA,
+    one in MQA); MLA caches one latent vector (and a shared RoPE key) from which every head's key and value are
+    expanded.  The sizes are the config's; the count is the caller's (§10: `models.kv_numbers_per_token`)."""
     fig, axes = plt.subplots(1, len(configs), figsize=(3.1 * len(configs), 3.4))
-    for ax, (name, config) in zip(axes, configs.items()):
+    for ax, (name, (config, per_layer)) in zip(axes, configs.items()):
         h, d_h = config.n_heads, config.d_model // config.n_heads
         ax.set_xlim(-0.6, h - 0.4)
         ax.set_ylim(-0.9, 3.0)
@@ -289,12 +289,11 @@ def cached_heads(configs: dict):
             for i in range(h):
                 x = kv_x[i * g // h]
                 _arrow(ax, (x, 0.21), (i, 2.1))
-        per_layer = kv_numbers_per_token(config) // config.n_layers
         ax.text((h - 1) / 2, -0.65, f"cached per token and layer: {per_layer}", ha="center", fontsize=8.5)
         ax.set_title(name, fontsize=10)
+    first = next(iter(configs.values()))[0]
     fig.text(0.5, 0.99, f"query heads (top) and what they read from the cache (shaded: cached); d_h = "
-             f"{next(iter(configs.values())).d_model // next(iter(configs.values())).n_heads}", ha="center", va="top",
-             fontsize=8.5)
+             f"{first.d_model // first.n_heads}", ha="center", va="top", fontsize=8.5)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 
@@ -326,5 +325,30 @@ def retrieval_pipeline(question: str, datastore_size: int, retrieved: str, promp
     _arrow(ax, (8.4, 0.97), (8.4, 0.58))
     ax.text(5.2, 0.35, "change a line of the datastore:\nthe answer changes, no training", ha="center", fontsize=8,
             color=FADED)
+    fig.tight_layout()
+    return fig
+
+
+def lora(d_in: int, d_out: int, r: int, alpha: float):
+    """One LoRA layer: the frozen W (d_out x d_in) beside the trained low-rank path, A (r x d_in) then B (d_out x r),
+    scaled by alpha / r and added to W x; with the numbers each side trains."""
+    fig, ax = plt.subplots(figsize=(8.0, 3.8))
+    ax.set_xlim(0, 8.4)
+    ax.set_ylim(0, 3.9)
+    ax.axis("off")
+    _box(ax, 0.35, f"x  ({d_in})", False, x=4.0, width=1.8, height=0.45, color="white")
+    _box(ax, 1.9, f"W: {d_out} × {d_in}\nfrozen ({d_out * d_in:,} numbers)", False, x=2.0, width=2.8, height=0.85,
+         color="#f2f2f2")
+    _box(ax, 1.35, f"A: {r} × {d_in}  (random init)", False, x=6.0, width=2.6, height=0.5, color=MLP, size=8.5)
+    _box(ax, 2.3, f"B: {d_out} × {r}  (zeros at first)", False, x=6.0, width=2.6, height=0.5, color=MLP, size=8.5)
+    _box(ax, 3.45, f"y = W x + b + ({alpha:g}/{r}) · B A x   ({d_out})", False, x=4.0, width=4.6, height=0.45,
+         color="white")
+    _arrow(ax, (3.6, 0.58), (2.4, 1.47))
+    _arrow(ax, (4.4, 0.58), (5.6, 1.1))
+    _arrow(ax, (6.0, 1.6), (6.0, 2.05))
+    _arrow(ax, (2.0, 2.33), (3.4, 3.22))
+    _arrow(ax, (6.0, 2.55), (4.6, 3.22))
+    ax.text(7.45, 1.85, f"trained:\n{r * (d_in + d_out):,} numbers", ha="center", va="center", fontsize=8)
+    ax.set_title("LoRA on one matrix: the change B A has rank r and starts at zero", fontsize=10)
     fig.tight_layout()
     return fig
