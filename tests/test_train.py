@@ -219,7 +219,7 @@ def test_recorded_seconds_keeps_only_whole_records(tmp_path):
 
 def test_the_roster_lists_every_run_once_with_its_parameters():
     rows = recipes.roster()
-    listed = [(r["run"], seed) for r in rows for seed in r["steps (seeds)"].split("(")[1].rstrip(")").split()]
+    listed = [(r["run"], seed) for r in rows for seed in r["seeds"]]
     assert len(listed) == len(set(listed)) == len(recipes.all_runs())
     # parameters are counted in the checkpoint, a tied matrix once: the base model's are §02's 109,056
     from lib.nn.models import TinyGPT, ModelConfig

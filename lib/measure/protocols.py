@@ -194,8 +194,17 @@ def rating_predictions(model, kind: str, reviews: list, hidden: tuple = ()) -> l
         for s in ids:
             for slot in hidden:
                 s[review_slots(s)[slot]] = MASK
-    logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])[:, RATING_IDS]
-    return [world.RATINGS[i] for i in logits.argmax(-1).tolist()]
+    return ratings_of(slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids]))
+
+
+def ratings_of(logits) -> list:
+    """The rating word of each row of rating-slot logits (N, V): argmax over good / ok / bad only."""
+    return [world.RATINGS[i] for i in logits[:, RATING_IDS].argmax(-1).tolist()]
+
+
+def share_right(predicted: list, reviews: list) -> float:
+    """Share of reviews whose predicted rating is the true one."""
+    return sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews)
 
 
 def ratings_by_connective(model, kind: str, reviews: list) -> Counter:
@@ -246,9 +255,7 @@ def zero_shot_readouts(model, kind: str, reviews: list) -> dict:
     model = precision.for_measurement(model)
     ids = [line_ids(r) for r in reviews]
     logits = slot_logits(model, kind, ids, [review_slots(s)["rating"] for s in ids])
-    predicted = [world.RATINGS[i] for i in logits[:, RATING_IDS].argmax(-1).tolist()]
-    return {"zero-shot": sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews),
-            "AUC": good_above_bad(margins_of(logits), reviews)}
+    return {"zero-shot": share_right(ratings_of(logits), reviews), "AUC": good_above_bad(margins_of(logits), reviews)}
 
 
 def margins_of(logits) -> list:
@@ -296,8 +303,7 @@ def rating_accuracy(model, kind: str, reviews: list, hidden: tuple = ()) -> floa
     """Share of reviews whose rating slot gets the right word (the shared protocol, the same question for all kinds;
     `hidden` as in `rating_predictions`: with the connective hidden the two adjectives still settle the rating, with
     one adjective hidden the connective and the other one do)."""
-    predicted = rating_predictions(model, kind, reviews, hidden)
-    return sum(p == true_rating(r) for p, r in zip(predicted, reviews)) / len(reviews)
+    return share_right(rating_predictions(model, kind, reviews, hidden), reviews)
 
 
 def always_ok_accuracy(reviews: list) -> float:

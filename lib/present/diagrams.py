@@ -13,6 +13,7 @@ from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangl
 CHANGED = "#f6c85f"     # a part section 09 replaces
 SAME = "#dfe7f2"
 ATTENTION, MLP, EMBED, FADED = "#dbe9f6", "#fde3c8", "#e3f1df", "#888888"
+LOSS, NO_LOSS = "#f4c7c3", "#f2f2f2"     # a position scored by the loss, and one computed but not scored (or unused)
 
 
 def _box(ax, y, text, changed, x=0.5, width=0.62, height=0.075, color=None, size=8.5):
@@ -112,8 +113,6 @@ def tiny_gpt(config, title: str = "TinyGPT: one forward pass"):
     return fig
 
 
-LOSS, NO_LOSS = "#f4c7c3", "#f2f2f2"
-
 
 def _token_row(ax, xs, y, tokens, losses=None):
     """One row of token boxes; where `losses` is given, a shaded box carries a loss and a pale one does not."""
@@ -135,7 +134,6 @@ def architectures(tokens: list, masked: int, prefix: int, t5_source: list, t5_ta
     `t5_target` after <bos>, reading the encoder through cross-attention: every target token)."""
     fig, axes = plt.subplots(2, 2, figsize=(10.5, 6.2))
     n = len(tokens)
-    xs = list(range(n - 1))
     one_stack = [("GPT: causal mask", tokens[:-1], tokens[1:], [True] * (n - 1), ATTENTION),
                  (f"prefix LM: the first {prefix} tokens see each other", tokens[:-1], tokens[1:],
                   [i >= prefix - 1 for i in range(n - 1)], ATTENTION),
@@ -201,7 +199,7 @@ def moe_layer(model: dict, chosen: tuple):
         used = is_shared or i in chosen
         name = "shared" if is_shared else f"expert {i}"
         _box(ax, 2.75, f"{name}\n{d}→{h}→{d}", False, x=i, width=0.9, height=0.75, size=7.5,
-             color=(MLP if used else "#f2f2f2"))
+             color=(MLP if used else NO_LOSS))
         if used:
             _arrow(ax, (mid + (i - mid) * 0.25, 1.53), (i, 2.37))
             _arrow(ax, (i, 3.13), (mid + (i - mid) * 0.15, 3.83))
@@ -276,7 +274,7 @@ def cached_heads(configs: dict):
             _box(ax, 0.0, f"c ({c}) + RoPE key ({config.rope_key})", False, x=(h - 1) / 2, width=h - 0.2, height=0.42,
                  color=EMBED, size=8)
             for i in range(h):
-                _box(ax, 1.15, f"k{i} v{i}", False, x=i, width=0.7, height=0.4, color="#f2f2f2", size=7)
+                _box(ax, 1.15, f"k{i} v{i}", False, x=i, width=0.7, height=0.4, color=NO_LOSS, size=7)
                 _arrow(ax, ((h - 1) / 2 + (i - (h - 1) / 2) * 0.5, 0.21), (i, 0.95))
                 _arrow(ax, (i, 1.35), (i, 2.1))
             ax.text((h - 1) / 2, 0.6, "expanded per head (not cached)", ha="center", fontsize=7, color=FADED,
@@ -338,7 +336,7 @@ def lora(d_in: int, d_out: int, r: int, alpha: float):
     ax.axis("off")
     _box(ax, 0.35, f"x  ({d_in})", False, x=4.0, width=1.8, height=0.45, color="white")
     _box(ax, 1.9, f"W: {d_out} × {d_in}\nfrozen ({d_out * d_in:,} numbers)", False, x=2.0, width=2.8, height=0.85,
-         color="#f2f2f2")
+         color=NO_LOSS)
     _box(ax, 1.35, f"A: {r} × {d_in}  (random init)", False, x=6.0, width=2.6, height=0.5, color=MLP, size=8.5)
     _box(ax, 2.3, f"B: {d_out} × {r}  (zeros at first)", False, x=6.0, width=2.6, height=0.5, color=MLP, size=8.5)
     _box(ax, 3.45, f"y = W x + b + ({alpha:g}/{r}) · B A x   ({d_out})", False, x=4.0, width=4.6, height=0.45,

@@ -13,11 +13,12 @@ table is named and configured.
 """
 
 import difflib
-import re
 import functools
+import re
 
 from lib.recipes import base, comparison, electra, finetuning, inference, inside, modern, moe, patches, retrieval, ul2
 from lib.measure import precision
+from lib.data.tokenizers import CHARS, TOKENIZER
 from lib.train import cache, processes
 
 SECTIONS = {"00": base, "02": inside, "04": comparison, "05": electra, "06": ul2, "07": (moe, retrieval), "08": patches, "09": modern, "10": inference, "11": finetuning}
@@ -65,19 +66,25 @@ def load(name: str):
     return precision.for_measurement(model, copy_model=False), log
 
 
-TOKENIZERS = {44: "characters", 354: "words"}      # the book's two vocabularies, by size (lib.data.tokenizers)
+TOKENIZERS = {len(CHARS): "characters", len(TOKENIZER): "words"}     # the book's two vocabularies, by their size
 SHAPE = ("vocab_size", "context", "d_model", "n_layers", "n_heads")   # a network's size; its other options are named
+
+
+def recipe_name(run_name: str) -> str:
+    """A run's name without its seed suffix: the recipe its seeds share ("compare_gpt_seed1" -> "compare_gpt")."""
+    return re.sub(r"_seed\d+$", "", run_name)
 
 
 def trained_on(run: cache.Run) -> str:
     """What a run's config says it is trained on: objective and kind (§04, §05, §08), backbone (§06's "decoder" reads
-    its source bidirectionally: a non-causal decoder) and denoisers (§06),
-    task, preference loss and LoRA rank (§11); the character-level trainers' causal LM otherwise."""
+    its source bidirectionally: a non-causal decoder) and denoisers (§06), task, preference loss and LoRA rank (§11);
+    the character-level trainers' causal LM otherwise."""
     c = run.config
     parts = [str(c[k]) for k in ("objective", "kind") if k in c]
     parts += [{"decoder": "non-causal decoder"}.get(c["backbone"], c["backbone"])] if "backbone" in c else []
     if "denoisers" in c:
-        parts.append("denoisers " + "".join(dict.fromkeys(d[0] for d in c["denoisers"])) + (" + mode tokens" if c["mode_tokens"] else ""))
+        letters = "".join(dict.fromkeys(d[0] for d in c["denoisers"]))
+        parts.append(f"denoisers {letters}" + (" + mode tokens" if c["mode_tokens"] else ""))
     parts += [f"SFT, task {c['task']}"] if "task" in c else []
     parts += [c["loss"] + (f", beta {c['beta']}" if c["loss"] != "sft" else "")] if "loss" in c else []
     parts += [f"LoRA rank {c['lora_rank']}"] if "lora_rank" in c else []
@@ -86,16 +93,16 @@ def trained_on(run: cache.Run) -> str:
 
 def roster() -> list:
     """One row per recipe of the book (its seeds together, listed under the first section that trains it): section,
-    the run's name with the seed left out, the network (its class, width x layers and the options beyond its
-    size), what it is trained on (`trained_on`; then the checkpoints it starts from), the window and its tokens,
-    parameters (counted in the committed checkpoint, a tied matrix once), steps and (seeds).  Read from the tables and the
-    checkpoints, so it cannot go stale; a missing checkpoint is an error (train it first: `python -m lib.recipes`)."""
-    groups = {}
+    the recipe's name, the network (its class, width x layers and the options beyond its size), what it is trained
+    on (`trained_on`; then the recipes it starts from), the window and its tokens, parameters (counted in the
+    committed checkpoint, a tied matrix once), steps and seeds.  Read from the tables and the checkpoints, so it cannot
+    go stale; a missing checkpoint is an error (train it first: `python -m lib.recipes`)."""
+    groups = {}                                           # recipe -> (the first section that trains it, its runs)
     for number in SECTIONS:
         for r in section_runs(number):
-            recipe = re.sub(r"_seed\d+$", "", r.name)
-            if groups.get(recipe, (number,))[0] == number:
-                groups.setdefault(recipe, (number, []))[1].append(r)
+            section, runs = groups.setdefault(recipe_name(r.name), (number, []))
+            if section == number:
+                runs.append(r)
     rows = []
     for recipe, (number, runs) in groups.items():
         saved = cache.read(cache.path_of(runs[0]))
@@ -104,11 +111,11 @@ def roster() -> list:
         options = ", ".join(f"{k} {v}" for k, v in model.items() if k not in SHAPE and v is not None)
         window = runs[0].config.get("window", model.get("context"))
         size = f", {model['d_model']} x {model['n_layers']}" if "d_model" in model else ""
+        parents = sorted({recipe_name(p.name) for p in runs[0].parents})
         rows.append({"section": number, "run": recipe,
                      "network": saved["model_class"] + size + (f" ({options})" if options else ""),
-                     "trained on": trained_on(runs[0]) + "".join(f"; from {name}" for name in sorted(
-                         {re.sub(r"_seed\d+$", "", p.name) for p in runs[0].parents})),
+                     "trained on": trained_on(runs[0]) + "".join(f"; from {name}" for name in parents),
                      "window": f"{window} {TOKENIZERS.get(model.get('vocab_size'), 'tokens')}" if window else "-",
-                     "params": sum(sizes.values()),
-                     "steps (seeds)": f"{runs[0].config['steps']:,} ({' '.join(str(r.config.get('seed', 0)) for r in runs)})"})
+                     "params": sum(sizes.values()), "steps": runs[0].config["steps"],
+                     "seeds": [r.config.get("seed", 0) for r in runs]})
     return rows
