@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from lib.data import world
 from lib.data.tokenizers import MASK, NEWLINE_WORD, TOKENIZER
 from lib.nn.diffusion import diffusion_generate
 from lib.nn.masks import causal_mask
@@ -195,3 +196,42 @@ def test_a_snapshot_of_an_adaptation_starts_from_its_parent():
     assert all(torch.equal(v, parent.state_dict()[k]) for k, v in backbone.state_dict().items())
     with pytest.raises(ValueError, match="pass its parent"):
         patch_runs.train_patch({**patch_runs.run_config("adapt_prefix"), "stop_after": 0})
+
+
+def test_fill_scores_shift_reads_the_rest_and_distinct_questions_change_nothing():
+    from lib.measure import patch_evals, protocols
+    reviews = protocols.new_reviews(40)
+    decided = [r for r in reviews if protocols.true_rating(r) != "ok"]
+    torch.manual_seed(0)
+    model = MaskedTransformer(ModelConfig(**{**SMALL, "context": 32})).eval().double()
+    # a causal model asked from the left never sees the rest: rewriting it moves nothing, to the last bit
+    assert patch_evals.fill_scores(model, "left", reviews)["shift"] == 0.0
+    # the flipped rest is a true review that demands the other polarity (the rating flips for context "rating")
+    for context, chosen in (("full", reviews), ("rating", decided)):
+        for before, after in zip(chosen, patch_evals._flipped(chosen, context)):
+            _, adjective, connective, _, _, rating = world.classify(before)[1].groups()
+            _, other, connective2, _, _, rating2 = world.classify(after)[1].groups()
+            assert world.FOOD_ADJECTIVES[adjective] != world.FOOD_ADJECTIVES[other] and (connective != connective2 if context == "full" else
+                                                      {rating, rating2} == {"good", "bad"})
+    # asking each distinct question once gives the rows that asking every review gives (to float64's last bits:
+    # a batch of another size may round differently)
+    queries = [protocols.line_ids(r) for r in decided]
+    slots = [protocols.review_slots(q)["food_adjective"] for q in queries]
+    hidden = [q[:s] + [MASK] * 4 + q[s + 4:] for q, s in zip(queries, slots)]
+    distinct = patch_evals._distinct_slot_logits(model, "bidirectional", hidden, slots)
+    assert len({tuple(h) for h in hidden}) < len(hidden)          # the case it exists for: repeated questions
+    assert torch.allclose(distinct, protocols.slot_logits(model, "bidirectional", hidden, slots), rtol=0, atol=1e-12)
+
+
+def test_fill_order_reads_the_pass_that_fixed_each_slot():
+    from lib.measure import patch_evals, protocols
+    line = "review: the soup was tasty and the host was kind. rating: good."
+    ids = protocols.line_ids(line)
+    slots = protocols.review_slots(ids)
+    order = {slots["rating"]: 1, slots["connective"]: 2, slots["service_adjective"]: 3, slots["food_adjective"]: 4}
+    passes = [1 if i == 0 else order.get(i, 1) for i in range(len(ids))]        # every other word in pass 1
+    trace = [torch.tensor([[t if passes[i] <= k else MASK for i, t in enumerate(ids)]]) for k in range(1, 5)]
+    got = patch_evals.fill_order([line], trace)
+    assert got == {"reviews": 1, "food_adjective": 4.0, "connective": 2.0, "service_adjective": 3.0, "rating": 1.0,
+                   "other words": 1.0, "rating first": 1.0}
+    assert patch_evals.fill_order(["not a review"], trace[:1]) == {"reviews": 0}

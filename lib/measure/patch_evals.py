@@ -85,46 +85,83 @@ def fill_logits(model, reading: str, reviews: list, context: str = "full") -> tu
     spans = [hidden_span(ids, context) for ids in sequences]
     wanted = [capabilities.ADJECTIVE_IDS[ids[slot]] for ids, (slot, _) in zip(sequences, spans)]
     if reading == "left":
-        return protocols.slot_logits(model, "causal", sequences, [slot for slot, _ in spans]), wanted
+        return _distinct_slot_logits(model, "causal", sequences, [slot for slot, _ in spans]), wanted
     if reading == "masked":
         queries = [ids[:slot] + [MASK] * (resume - slot) + ids[resume:] for ids, (slot, resume) in zip(sequences, spans)]
-        return protocols.slot_logits(model, "bidirectional", queries, [slot for slot, _ in spans]), wanted
+        return _distinct_slot_logits(model, "bidirectional", queries, [slot for slot, _ in spans]), wanted
     prompts = [fim_question(ids, slot, resume, reading) for ids, (slot, resume) in zip(sequences, spans)]
     # the slot protocol reads the logits that predict position `slot` of a sequence: one dummy token after the prompt
-    return protocols.slot_logits(model, "causal", [p + [p[-1]] for p in prompts], [len(p) for p in prompts]), wanted
+    return _distinct_slot_logits(model, "causal", [p + [p[-1]] for p in prompts], [len(p) for p in prompts]), wanted
+
+
+def _distinct_slot_logits(model, kind: str, sequences: list, slots: list) -> torch.Tensor:
+    """`protocols.slot_logits`, each distinct question asked once (with the rest hidden, hundreds of reviews are a
+    few dozen questions) and its row repeated."""
+    index = {}
+    rows = [index.setdefault((tuple(ids), slot), len(index)) for ids, slot in zip(sequences, slots)]
+    distinct = list(index)
+    return protocols.slot_logits(model, kind, [list(ids) for ids, _ in distinct], [slot for _, slot in distinct])[rows]
 
 
 def fill_scores(model, reading: str, reviews: list, context: str = "full") -> dict:
-    """The food adjective asked one way (`fill_logits`), read two ways from one forward pass.  "argmax": the share of
-    reviews whose likeliest food adjective (among the 16) has the polarity the visible rest demands.  "mass": of the
-    probability on the 16, the share on that polarity, averaged over the reviews (0.5: the visible rest moves nothing;
-    unlike the argmax it sees a preference too small to win).  "P(adj.)": the probability on the 16 food adjectives at
-    all, mean over the reviews (near 0: the prompt is not read as asking for one).  (A ranking AUC of the margin is no use here: with the
-    rest hidden the reviews differ only in the food and the rating, so a shift of 1e-3 ranks them perfectly.)"""
-    logits, wanted = fill_logits(model, reading, reviews, context)
+    """The food adjective asked one way (`fill_logits`), read from one forward pass: "argmax", the share of reviews
+    whose likeliest food adjective (among the 16) has the polarity the visible rest demands; "mass", of the probability
+    on the 16, the share on that polarity, averaged over the reviews (0.5: the visible rest moves nothing; unlike the
+    argmax it sees a preference too small to win); "P(adj.)", the probability on the 16 food adjectives at all, mean
+    over the reviews (near 0: the prompt is not read as asking for one); "top token" and "top share", the likeliest
+    next token over the whole vocabulary that the most reviews share, and that share.  And from a second pass,
+    the intervention: "shift", how far the share on the positive adjectives moves when the visible rest is rewritten
+    into the true review whose rest demands the other polarity (context "full": the connective and the rating change,
+    the service clause stays; "rating": the rating flips between good and bad), signed so that a move toward what
+    each rest demands counts positive: 1 follows the rest completely, 0 ignores it.  (A ranking AUC of the margin is
+    no use here: with the rest hidden the reviews differ only in the food and the rating, so a shift of 1e-3 ranks
+    them perfectly.)"""
     candidates = list(capabilities.ADJECTIVE_IDS)
     positive = torch.tensor([capabilities.ADJECTIVE_IDS[c] for c in candidates])
+    logits, wanted = fill_logits(model, reading, reviews, context)
+    flipped_logits, flipped_wanted = fill_logits(model, reading, _flipped(reviews, context), context)
     p = logits[:, candidates].softmax(-1)                                          # (N, 16)
-    best_positive = positive[p.argmax(-1)]
     on_positive = p[:, positive].sum(-1)
+    toward = torch.tensor(flipped_wanted, dtype=p.dtype) * 2 - 1                  # the flipped rest's demand, +1 positive
+    top = logits.argmax(-1).tolist()
     wanted = torch.tensor(wanted)
-    return {"argmax": (best_positive == wanted).double().mean().item(),
+    return {"argmax": (positive[p.argmax(-1)] == wanted).double().mean().item(),
             "mass": torch.where(wanted, on_positive, 1 - on_positive).mean().item(),
-            "P(adj.)": logits.softmax(-1)[:, candidates].sum(-1).mean().item()}
+            "shift": ((flipped_logits[:, candidates].softmax(-1)[:, positive].sum(-1) - on_positive) * toward).mean().item(),
+            "P(adj.)": logits.softmax(-1)[:, candidates].sum(-1).mean().item(),
+            "top token": max(set(top), key=top.count), "top share": top.count(max(set(top), key=top.count)) / len(top)}
+
+
+def _flipped(reviews: list, context: str) -> list:
+    """Each review rewritten into the true review whose visible rest (`hidden_span`) demands the other polarity of
+    the food adjective: a food adjective of the other polarity (hidden anyway), and for context "rating" a service
+    adjective of the other polarity too, so that the rating flips between good and bad."""
+    out = []
+    for review in reviews:
+        food, adjective, _, noun, service, _ = world.classify(review)[1].groups()
+        other = next(a for a, positive in world.FOOD_ADJECTIVES.items() if positive != world.FOOD_ADJECTIVES[adjective])
+        if context == "rating":
+            service = next(a for a, positive in world.SERVICE_ADJECTIVES.items()
+                           if positive != world.SERVICE_ADJECTIVES[service])
+        out.append(world.make_review(food, other, noun, service))
+    return out
 
 
 @torch.no_grad()
-def self_draft(model, prompts, new: int = 24) -> dict:
-    """A `MultiTokenTransformer` drafting for itself (Stern et al. 2018's blockwise parallel decoding, greedy): the
-    model continues each prompt (B, P) greedily for `new` tokens with head 1; at each position head k's argmax is a
-    draft of the token k places ahead.  Returns each head's acceptance (the share of drafts equal to the greedy
-    token there) and the tokens per forward pass when every pass keeps its next token and the drafts after it up
-    to the first wrong one."""
+def self_draft(model, prompts, new: int = 24, generator=None) -> dict:
+    """A `MultiTokenTransformer` drafting for itself (Stern et al. 2018's blockwise parallel decoding): the model
+    continues each prompt (B, P) for `new` tokens with head 1, greedily, or drawn at temperature 1 when a `generator`
+    is given; at each position head k's argmax is a draft of the token k places ahead.  Returns each head's
+    acceptance (the share of drafts equal to the token written there) and the tokens per forward pass when every
+    pass keeps its next token and the drafts after it up to the first wrong one."""
     if not isinstance(model, MultiTokenTransformer):
         raise TypeError(f"self_draft needs a MultiTokenTransformer (its extra heads draft), got {type(model).__name__}")
     ids = prompts
     for _ in range(new):
-        ids = torch.cat([ids, model(ids, for_kind("causal", ids.shape[1]))[:, -1].argmax(-1, keepdim=True)], 1)
+        last = model(ids, for_kind("causal", ids.shape[1]))[:, -1]
+        token = (last.argmax(-1, keepdim=True) if generator is None else
+                 torch.multinomial(last.softmax(-1), 1, generator=generator))
+        ids = torch.cat([ids, token], 1)
     n, P, L = model.config.heads, prompts.shape[1], ids.shape[1]
     drafts = torch.stack([h.argmax(-1) for h in model.head_logits(ids, for_kind("causal", L))], 1)    # (B, n, L)
     right = torch.zeros(ids.shape[0], n, L, dtype=torch.bool)      # right[:, k-1, t]: draft from t for t + k is right
@@ -142,12 +179,31 @@ def self_draft(model, prompts, new: int = 24) -> dict:
     return {"acceptance": acceptance, "tokens_per_pass": ids.shape[0] * new / passes}
 
 
-def diffusion_lines(model, n: int, steps: int, seed: int = 0) -> list:
+def diffusion_lines(model, n: int, steps: int, seed: int = 0, trace: list = None) -> list:
     """n lines written by `diffusion_generate` after a newline (as `capabilities.generate_lines` starts), in
-    `steps` passes over the model's context: the text up to the first newline."""
+    `steps` passes over the model's context: the text up to the first newline.  `trace`: as `diffusion_generate`'s."""
     ids = diffusion_generate(model, model.config.context, steps, torch.Generator().manual_seed(seed), n,
-                             prefix=[NEWLINE_WORD])
+                             prefix=[NEWLINE_WORD], trace=trace)
     return [TOKENIZER.decode(row[1:]).split("\n")[0] for row in ids.tolist()]
+
+
+def fill_order(lines: list, trace: list) -> dict:
+    """In which pass the diffusion sampler fixed each slot of the well-formed reviews among `lines`, written by
+    `diffusion_lines` with this `trace`: the mean pass (1, 2, ...) of the four slots of `protocols.review_slots` and of
+    the other word tokens, how many reviews, and the share of them whose rating was fixed before both adjectives."""
+    passes = torch.stack([t != MASK for t in trace]).int().argmax(0) + 1          # (n, length): first pass not <mask>
+    rows = [(passes[k], protocols.review_slots(protocols.line_ids(line)), len(protocols.line_ids(line)) - 1)
+            for k, line in enumerate(lines) if world.classify(line)[0] == "review"]
+    if not rows:
+        return {"reviews": 0}
+    out = {"reviews": len(rows)}
+    for name in ("food_adjective", "connective", "service_adjective", "rating"):
+        out[name] = sum(float(p[slots[name]]) for p, slots, _ in rows) / len(rows)
+    out["other words"] = sum(float(p[[i for i in range(1, end) if i not in slots.values()]].double().mean())
+                             for p, slots, end in rows) / len(rows)
+    out["rating first"] = sum(bool(p[slots["rating"]] < min(p[slots["food_adjective"]], p[slots["service_adjective"]]))
+                              for p, slots, _ in rows) / len(rows)
+    return out
 
 
 SLOT_KINDS = ("food_adjective", "connective", "service_adjective", "rating", "template", "all")
