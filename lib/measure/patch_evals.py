@@ -127,7 +127,10 @@ def fill_scores(model, reading: str, reviews: list, context: str = "full") -> di
     wanted = torch.tensor(wanted)
     return {"argmax": (positive[p.argmax(-1)] == wanted).double().mean().item(),
             "mass": torch.where(wanted, on_positive, 1 - on_positive).mean().item(),
-            "shift": ((flipped_logits[:, candidates].softmax(-1)[:, positive].sum(-1) - on_positive) * toward).mean().item(),
+            # the shift rounded to 1e-9 (+ 0.0: no -0.0): where the visible rest is not read at all (a causal model asked
+            # from the left) it is float64 noise of either sign, and a CPU's kernels would choose the sign printed
+            "shift": round(((flipped_logits[:, candidates].softmax(-1)[:, positive].sum(-1) - on_positive)
+                            * toward).mean().item(), 9) + 0.0,
             "P(adj.)": logits.softmax(-1)[:, candidates].sum(-1).mean().item(),
             "top token": max(set(top), key=top.count), "top share": top.count(max(set(top), key=top.count)) / len(top)}
 
