@@ -6,6 +6,8 @@
     masked_nats(model, windows[:, :32])         # a bidirectional model's loss on 15 % <mask> (BERT's question)
 """
 
+from collections import Counter
+
 import torch
 import torch.nn.functional as F
 
@@ -123,7 +125,7 @@ def fill_scores(model, reading: str, reviews: list, context: str = "full") -> di
     p = logits[:, candidates].softmax(-1)                                          # (N, 16)
     on_positive = p[:, positive].sum(-1)
     toward = torch.tensor(flipped_wanted, dtype=p.dtype) * 2 - 1                  # the flipped rest's demand, +1 positive
-    top = logits.argmax(-1).tolist()
+    top_token, top_count = Counter(logits.argmax(-1).tolist()).most_common(1)[0]
     wanted = torch.tensor(wanted)
     return {"argmax": (positive[p.argmax(-1)] == wanted).double().mean().item(),
             "mass": torch.where(wanted, on_positive, 1 - on_positive).mean().item(),
@@ -132,7 +134,7 @@ def fill_scores(model, reading: str, reviews: list, context: str = "full") -> di
             "shift": round(((flipped_logits[:, candidates].softmax(-1)[:, positive].sum(-1) - on_positive)
                             * toward).mean().item(), 9) + 0.0,
             "P(adj.)": logits.softmax(-1)[:, candidates].sum(-1).mean().item(),
-            "top token": max(set(top), key=top.count), "top share": top.count(max(set(top), key=top.count)) / len(top)}
+            "top token": top_token, "top share": top_count / len(logits)}
 
 
 def _flipped(reviews: list, context: str) -> list:
@@ -195,8 +197,8 @@ def fill_order(lines: list, trace: list) -> dict:
     `diffusion_lines` with this `trace`: the mean pass (1, 2, ...) of the four slots of `protocols.review_slots` and of
     the other word tokens, how many reviews, and the share of them whose rating was fixed before both adjectives."""
     passes = torch.stack([t != MASK for t in trace]).int().argmax(0) + 1          # (n, length): first pass not <mask>
-    rows = [(passes[k], protocols.review_slots(protocols.line_ids(line)), len(protocols.line_ids(line)) - 1)
-            for k, line in enumerate(lines) if world.classify(line)[0] == "review"]
+    rows = [(passes[k], protocols.review_slots(ids), len(ids) - 1)
+            for k, line in enumerate(lines) if world.classify(line)[0] == "review" for ids in [protocols.line_ids(line)]]
     if not rows:
         return {"reviews": 0}
     out = {"reviews": len(rows)}
