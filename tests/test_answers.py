@@ -17,12 +17,13 @@ def test_fact_completion_asks_everyone_as_one_at_a_time_would():
     model, _ = recipes.load("base")
     broken = ablate(model, attention_off=[1])          # a model that gets some answers wrong
     w = world.build_world()
+    asked = w.names[::4]            # a quarter of the people, one at a time (all 48: a minute of the suite)
     for m in (model, broken):
         one_by_one = {n: evals.generate(m, [f"\nq: where does {n} live? a:"], max_new=12, temperature=0)[0]
-                      for n in w.names}
+                      for n in asked}
         result = answers.fact_completion(m)
-        assert result["answers"] == one_by_one
-        assert result["accuracy"] == sum(one_by_one[n] == f" {w.home[n]}." for n in w.names) / len(w.names)
+        assert {n: result["answers"][n] for n in asked} == one_by_one and len(result["answers"]) == len(w.names)
+        assert result["accuracy"] == sum(result["answers"][n] == f" {w.home[n]}." for n in w.names) / len(w.names)
     assert answers.fact_completion(broken)["accuracy"] < 1.0
 
 

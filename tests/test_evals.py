@@ -131,3 +131,14 @@ def test_text_windows_cut_non_overlapping_or_evenly_spaced_windows():
     assert every.shape == (5, 11) and evals.CHARS.decode(every[1].tolist()) == text[10:21]
     spaced = evals.text_windows(text, 20, count=3)
     assert spaced.shape == (3, 21) and evals.CHARS.decode(spaced[-1].tolist()) == text[-21:]
+
+
+def test_a_batch_passed_in_parts_scores_as_one_and_a_capped_mixture_reads_its_batch_whole():
+    from lib.nn.moe import MoEConfig, MoEGPT, with_capacity
+    model, _ = recipes.load("base")
+    ids = evals.line_batch(list(world.build_world().train)[:50])[0]
+    whole, parts = evals.token_losses(model, ids), evals.token_losses(model, ids, rows=7)
+    assert (whole - parts).abs().max() < 1e-12
+    assert evals.rows_at_once(model, 64) == evals.TOKENS_AT_ONCE // 64
+    capped = MoEGPT(MoEConfig(capacity_factor=1.25))
+    assert evals.rows_at_once(capped, 64) is None and evals.rows_at_once(with_capacity(capped, None), 64)

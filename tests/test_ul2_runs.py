@@ -145,3 +145,14 @@ def test_the_margin_auc_reads_the_rating_slot_of_each_review():
     expected = protocols.good_above_bad([round(m, 9) for m in margins], reviews)
     assert ul2_evals.rating_margin_auc(model, reviews, "prefix", "S") == expected
     assert protocols.good_above_bad([1, -1, 1, -1], reviews) == 1.0 and protocols.good_above_bad([-1, 1, -1, 1], reviews) == 0.0
+
+
+def test_held_out_losses_in_parts_are_the_trainers_losses():
+    config = ul2_runs.run_config("ul2_encoder_decoder")
+    model = ul2_trainer.build_model(config).double().eval()
+    batches = ul2_trainer.evaluation_batches(config, count=70)
+    trainer_losses, in_parts = ul2_trainer.denoiser_losses(model, batches), ul2_evals.held_out_losses(model, batches)
+    batch = next(iter(batches.values()))                    # passed in several parts, not at once
+    assert len(batch.targets) > ul2_evals.rows_at_once(model, batch.source.shape[1] + batch.decoder_input.shape[1])
+    assert trainer_losses.keys() == in_parts.keys()
+    assert all(abs(trainer_losses[k] - in_parts[k]) < 1e-12 for k in trainer_losses)

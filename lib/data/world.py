@@ -280,7 +280,8 @@ def _continuations(text: str, parts: tuple) -> set:
     return found
 
 
-def next_characters(prefix: str) -> set:
+@lru_cache(maxsize=1 << 17)     # a line is read one prefix at a time, and lines share their first characters
+def next_characters(prefix: str) -> frozenset:
     """The characters that keep `prefix` (the start of a line) inside the world's templates and word classes;
     a newline is among them when the prefix completes a template.  The stories' rules across slots (the two
     people differ; the guest is the one who speaks) are left to `check_line`: a line that breaks one of them
@@ -294,7 +295,7 @@ def next_characters(prefix: str) -> set:
     found = set().union(*(_continuations(prefix, t) for t in _templates()))
     if "" in found:                                    # the prefix is a whole line of some template
         found = (found - {""}) | {"\n"}
-    return found
+    return frozenset(found)
 
 
 def template_of(text: str) -> str:
@@ -317,6 +318,7 @@ def first_exit(line: str):
     return None
 
 
+@lru_cache(maxsize=1 << 17)
 def kind_of(line: str) -> str:
     """The document kind of a corpus line (stories of both templates are 'story')."""
     kind, _ = classify(line)

@@ -37,11 +37,25 @@ def line_batch(lines: list, tokenizer=CHARS):
     return ids, (~is_pad[:, 1:]).float()
 
 
+TOKENS_AT_ONCE = 4096     # tokens per forward pass where a measurement may split its batch (`rows_at_once`)
+
+
+def rows_at_once(model, length: int):
+    """How many rows of `length` tokens a measurement that may split its batch passes at once: about
+    `TOKENS_AT_ONCE` tokens (activations that stay in the CPU's cache: 1.2-2x faster than thousands of rows at
+    once, scripts/bench_measurement_speed.py; each row's numbers are its own either way), or None (all at once)
+    for a mixture of experts with a capacity limit, whose routing depends on the whole batch."""
+    if getattr(getattr(model, "config", None), "capacity_factor", None):
+        return None
+    return max(1, TOKENS_AT_ONCE // max(1, length))
+
+
 @torch.no_grad()
-def token_losses(model, ids) -> torch.Tensor:
-    """Cross-entropy (nats) of every next-token prediction, (N, L - 1); causal, so padding on the right is harmless."""
-    logits = model(ids[:, :-1])
-    return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+def token_losses(model, ids, rows: int = None) -> torch.Tensor:
+    """Cross-entropy (nats) of every next-token prediction, (N, L - 1); causal, so padding on the right is harmless.
+    rows: pass the batch `rows` at a time (`rows_at_once`); by default in one forward pass."""
+    return torch.cat([F.cross_entropy(model(part[:, :-1]).transpose(1, 2), part[:, 1:], reduction="none")
+                      for part in ids.split(rows or max(1, len(ids)))])
 
 
 def validation_loss(model, batch) -> float:
@@ -82,7 +96,7 @@ def bits_per_char(model, lines: list = None, after: str = None) -> float:
             texts = [CHARS.decode(row[1:-1].tolist()) for row in ids]
             starts = torch.tensor([text.index(after) + len(after) for text in texts])
             weights = weights * (torch.arange(weights.shape[1])[None] >= starts[:, None])
-        nats += float((token_losses(model, ids) * weights).sum())
+        nats += float((token_losses(model, ids, rows_at_once(model, ids.shape[1])) * weights).sum())
         count += float(weights.sum())
     return nats / count / math.log(2)
 
@@ -154,7 +168,7 @@ def position_bits(model, windows, allowed=None) -> torch.Tensor:
     window read from its start (position 0 predicts the window's second character).  `allowed`, a causal bool
     mask ((T, T) or (N, T, T), True = may attend), replaces a decoder's causal mask: the same weights, other keys."""
     if allowed is None:
-        nats = token_losses(model, windows)
+        nats = token_losses(model, windows, rows_at_once(model, windows.shape[1]))
     else:
         logits = MaskedTransformer.forward(model, windows[:, :-1], allowed)
         nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
@@ -193,21 +207,25 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
     done = torch.zeros(len(prompts), dtype=torch.bool)
     rules = [inference.temperature(temperature), *processors] if temperature > 0 else list(processors)
     cache = inference.new_cache(model, idx.shape[1] + max_new - 1)   # None: the model reruns each step
+    computed = torch.arange(len(prompts))      # the rows computed (and in the cache): every row still writing
     for _ in range(max_new):
-        # only the rows still writing are used (and, without a cache, computed); every row still draws (its draw
-        # from zero logits becomes a newline below), so the text is that of computing every row
-        active = (~done).nonzero()[:, 0]
-        if cache is None:
-            last = inference.next_logits(model, idx[active])     # (active, V): the next character
-        else:
-            last = inference.next_logits(model, idx, cache)[active]
-        logits = last.new_zeros(len(prompts), last.shape[-1]).index_copy_(0, active, last)   # (B, V)
+        # every row draws (a finished row's draw, from zero logits, becomes a newline below), so the text is that
+        # of computing every row; finished rows leave the batch at once, or with a cache once they are a quarter
+        # of it (leaving copies the cache)
+        last = inference.next_logits(model, idx[computed], cache)    # (computed, V): the next character
+        writing = ~done[computed]
+        logits = last.new_zeros(len(prompts), last.shape[-1]).index_copy_(0, computed[writing], last[writing])
         nxt = inference.choose(logits, idx, rules, generator if temperature > 0 else None)
         nxt = torch.where(done, NEWLINE_CHAR, nxt)
         idx = torch.cat([idx, nxt[:, None]], dim=1)
         done |= nxt == NEWLINE_CHAR
         if done.all():
             break
+        writing = ~done[computed]
+        if cache is None and not writing.all() or writing.sum() < 0.75 * len(computed):
+            computed = computed[writing]
+            if cache is not None:
+                cache.keep_rows(writing)
     return [CHARS.decode(row[len(prompts[0]):]).split("\n")[0] for row in idx.tolist()]
 
 

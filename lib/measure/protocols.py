@@ -51,7 +51,7 @@ from collections import Counter
 import torch
 
 from lib.measure import precision
-from lib.measure.evals import CHARS
+from lib.measure.evals import CHARS, rows_at_once
 from lib.objectives import batches
 from lib.data import world
 from lib.nn.masks import check_kind, encoder_decoder_masks, for_kind, hide_padding
@@ -145,10 +145,13 @@ def ul2_question(kind: str):
     raise ValueError(f"unknown kind {kind!r}; a section-06 kind reads like {ul2_kind('span', 'R')!r}")
 
 
-def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = 4096, grad: bool = False):
+def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = None, grad: bool = False):
     """(N, V): the logits each model gives for the token at sequences[i][slots[i]], asked its own way
     (see the module docstring); the token itself is never shown to the model.  grad=True keeps the graph
-    (fine-tuning through the slot, `lib.measure.finetune`)."""
+    (fine-tuning through the slot, `lib.measure.finetune`).  chunk: questions per forward pass; by default
+    `evals.rows_at_once` (a batch that stays in the CPU's cache), 4096 with grad (the full batch the fine-tuning
+    yardstick was trained with)."""
+    chunk = chunk or (4096 if grad else rows_at_once(model, max(map(len, sequences), default=1)) or len(sequences) or 1)
     if ul2_question(kind) is None and kind not in (UNMASKED, CHARACTERS):
         check_kind(kind)
     if len(sequences) > chunk:

@@ -19,14 +19,14 @@ to each kind of review ("and" good or bad, "but" ok).
     ('[R]\\nbase lives in <0>.\\n', '<bos> <0>')
 """
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import torch
 import torch.nn.functional as F
 
 from lib.data import world
 from lib.measure.capabilities import ADJECTIVE_IDS, scored_candidates
-from lib.measure.evals import line_quality
+from lib.measure.evals import line_quality, rows_at_once
 from lib.measure.protocols import (RATING_IDS, count_by_connective, good_above_bad, line_ids, margins_of,
                                    review_slots, true_rating)
 from lib.objectives.batches import masked_cross_entropy
@@ -265,12 +265,27 @@ def position_kinds(batch) -> dict:
 
 
 @torch.no_grad()
+def logits_in_parts(model, batch) -> torch.Tensor:
+    """`decoder_logits` of a batch, its rows passed `evals.rows_at_once` at a time (each row's logits are its own)."""
+    step = rows_at_once(model, batch.source.shape[1] + batch.decoder_input.shape[1]) or len(batch.targets)
+    parts = [replace(batch, **{f.name: getattr(batch, f.name)[i:i + step] for f in fields(batch)
+                               if getattr(batch, f.name) is not None}) for i in range(0, len(batch.targets), step)]
+    return torch.cat([decoder_logits(model, part) for part in parts])
+
+
+def held_out_losses(model, batches: dict) -> dict:
+    """{denoiser label: held-out loss (nats per target token)}: `trainers.ul2.denoiser_losses`, computed in parts."""
+    return {name: masked_cross_entropy(logits_in_parts(model, batch), batch.targets, batch.loss_mask).item()
+            for name, batch in batches.items()}
+
+
+@torch.no_grad()
 def split_losses(model, batch) -> dict:
     """{"all": loss, "structure": loss, "content": loss} (nats per position) from one forward pass: the
     training loss over every loss position (`ul2_loss`) and its split on `position_kinds`.  Content is scored
     with the softmax over ordinary tokens only, so that probability a mode token moves onto sentinels does not
     count: it measures what the model would write, given that a word comes."""
-    logits, kinds = decoder_logits(model, batch), position_kinds(batch)
+    logits, kinds = logits_in_parts(model, batch), position_kinds(batch)
     words = logits[..., FIRST_ORDINARY:]
     content = kinds["content"]
     return {"all": masked_cross_entropy(logits, batch.targets, batch.loss_mask).item(),
