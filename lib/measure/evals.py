@@ -222,7 +222,7 @@ def generate(model, prompts: list, max_new: int, temperature: float = 1.0, gener
         if done.all():
             break
         writing = ~done[computed]
-        if cache is None and not writing.all() or writing.sum() < 0.75 * len(computed):
+        if (cache is None and not writing.all()) or writing.sum() < 0.75 * len(computed):
             computed = computed[writing]
             if cache is not None:
                 cache.keep_rows(writing)

@@ -274,9 +274,9 @@ def logits_in_parts(model, batch) -> torch.Tensor:
 
 
 def held_out_losses(model, batches: dict) -> dict:
-    """{denoiser label: held-out loss (nats per target token)}: `trainers.ul2.denoiser_losses`, computed in parts."""
-    return {name: masked_cross_entropy(logits_in_parts(model, batch), batch.targets, batch.loss_mask).item()
-            for name, batch in batches.items()}
+    """{denoiser label: held-out loss (nats per target token)}: `trainers.ul2.denoiser_losses`, computed in parts
+    (`split_losses`' "all")."""
+    return {name: split_losses(model, batch)["all"] for name, batch in batches.items()}
 
 
 @torch.no_grad()
