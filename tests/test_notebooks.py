@@ -42,7 +42,7 @@ CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]*)`")
 BIB_ENTRY = re.compile(r"^\s*@(\w+)\s*\{\s*([^,\s]+)\s*,", re.M)
 NOT_PROSE = [re.compile(r"```.*?```", re.S), re.compile(r"\$\$.*?\$\$", re.S)] + [re.compile(p, re.M) for p in (
     r"`[^`]*`", r"\$[^$]*\$", r"^#+ .*$", r"^\s*(?:\d+\.|[-*])\s", r"\]\([^)]*\)", r"<[^>]*>",
-    r"(?:练习|[Ee]xercises?)\s*\d+\.\d+")]  # an exercise's number ("练习 4.1") is a label, not a figure
+    r"(?:练习|[Ee]xercises?|图)\s*\d+\.\d+")]  # an exercise's or a figure's number ("练习 4.1", "图 2.3") is a label
 # A Markdown table and the line above it (blank lines between are allowed): the caption, when it is not a row.
 TABLE = re.compile(r"^(?P<caption>[ \t]*[^\s|][^\n]*)\n(?:[ \t]*\n)*(?P<rows>(?:[ \t]*\|[^\n]*(?:\n|$))+)", re.M)
 LIB_NAME = re.compile(r"`(lib[./][\w./]*\w)`")
@@ -703,6 +703,58 @@ def reading_minutes(path: Path) -> int:
     units = len(re.findall(r"[\u4e00-\u9fff]", prose)) + len(re.findall(r"[A-Za-z0-9]+", prose))
     return math.ceil(units / 300 / 5) * 5
 
+
+
+# Figures are numbered: the cell that draws a section's k-th figure labels it "N.k" (`plots.number_figure("2.3")`, or
+# a notebook helper's last argument that it passes on), the image shows "Figure 2.3", and the prose refers to it as
+# 图 2.3, never as "the figure above", which after a few cells points a long way back.
+FIGURE_LABEL = re.compile(r'"(\d+\.\d+)"\)')
+FIGURE_REFERENCE = re.compile(r"图\s*(\d+\.\d+)")
+UNNUMBERED_FIGURE = re.compile(r"上图|下图|左图|右图|这张图|这幅图|下面的图|上面的图")
+SECTIONS = [path for path in NOTEBOOKS if re.match(r"\d\d_", path.name)]
+
+
+def figure_labels(path: Path) -> list:
+    """A notebook's figure labels in reading order; ValueError where a cell's labels and its images disagree."""
+    labels = []
+    for i, cell in enumerate(load(path)["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        images = sum(any(mime.startswith("image/") for mime in out.get("data", {})) for out in cell.get("outputs", []))
+        found = FIGURE_LABEL.findall("".join(cell["source"]))
+        if len(found) != images:
+            raise ValueError(f"{path.name} cell {i}: {images} image(s) but labels {found}")
+        labels += found
+    return labels
+
+
+def test_figures_are_numbered_in_order_and_referred_to_by_number():
+    labels = set()
+    for path in SECTIONS:
+        found = figure_labels(path)
+        section = int(path.name[:2])
+        assert found == [f"{section}.{k}" for k in range(1, len(found) + 1)], f"{path.name}: figures labelled {found}"
+        labels |= set(found)
+    for path in SECTIONS + PAGES:
+        prose = markdown_of(path)
+        unknown = sorted(set(FIGURE_REFERENCE.findall(prose)) - labels)
+        assert not unknown, f"{path.name} refers to figures that no section draws: {unknown}"
+        vague = UNNUMBERED_FIGURE.findall(prose)
+        assert not vague, f"{path.name}: refer to a figure by its number (图 N.k), not as {vague}"
+
+
+def test_the_figure_numbering_check_reads_labels_and_images(tmp_path):
+    image = {"output_type": "display_data", "data": {"image/png": "", "text/plain": "<Figure>"}, "metadata": {}}
+    cells = [{"cell_type": "code", "source": 'plt.plot([1])\nnumber_figure("3.1")\nplt.show()', "outputs": [image]},
+             {"cell_type": "code", "source": "plt.plot([2])", "outputs": [image]}]
+    path = tmp_path / "03_x.ipynb"
+    path.write_text(json.dumps({"cells": cells}), encoding="utf-8")
+    with pytest.raises(ValueError, match="cell 1: 1 image"):
+        figure_labels(path)
+    cells[1]["source"] = 'curves(runs, "title", "3.2")'
+    path.write_text(json.dumps({"cells": cells}), encoding="utf-8")
+    assert figure_labels(path) == ["3.1", "3.2"]
+    assert FIGURE_REFERENCE.findall("见图 3.2 和图3.1") == ["3.2", "3.1"] and UNNUMBERED_FIGURE.findall("如上图所示")
 
 MAIN_PATH_CHARACTERS = 15_000
 # Sections not yet folded into a main path and deep dives: their main path when listed, which may only shrink (none today).

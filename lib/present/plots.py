@@ -8,6 +8,7 @@ figure says in Chinese what it shows.
 """
 
 import math
+import re
 
 import matplotlib.pyplot as plt
 from matplotlib.colors import LinearSegmentedColormap
@@ -117,6 +118,15 @@ def learning_curve(log: list, keys=("train_loss", "val_loss"), scale: float = BI
         axes[1].set_title(f"zoom: step {zoom_from:,} to {log[-1]['step']:,}", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def number_figure(label: str, fig=None) -> None:
+    """Write "Figure N.k" above the top-left corner of a figure (the current one unless given): the number by which
+    the prose refers to it (图 N.k).  The inline backend saves a figure with a tight bounding box, so the label
+    widens the image upwards and never covers a title or an axis.  Call it before `plt.show()`."""
+    if not re.fullmatch(r"\d+\.\d+", label):
+        raise ValueError(f"a figure's label is 'section.k', e.g. '2.3'; got {label!r}")
+    (fig or plt.gcf()).text(0, 1, f"Figure {label}", ha="left", va="bottom", fontsize=12, fontweight="bold")
 
 
 def show_token(token: str) -> str:
