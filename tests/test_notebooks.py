@@ -704,7 +704,6 @@ def reading_minutes(path: Path) -> int:
     return math.ceil(units / 300 / 5) * 5
 
 
-
 # Figures are numbered: the cell that draws a section's k-th figure labels it "N.k" (`plots.number_figure("2.3")`, or
 # a notebook helper's last argument that it passes on), the image shows "Figure 2.3", and the prose refers to it as
 # 图 2.3, never as "the figure above", which after a few cells points a long way back.
@@ -755,6 +754,7 @@ def test_the_figure_numbering_check_reads_labels_and_images(tmp_path):
     path.write_text(json.dumps({"cells": cells}), encoding="utf-8")
     assert figure_labels(path) == ["3.1", "3.2"]
     assert FIGURE_REFERENCE.findall("见图 3.2 和图3.1") == ["3.2", "3.1"] and UNNUMBERED_FIGURE.findall("如上图所示")
+
 
 MAIN_PATH_CHARACTERS = 15_000
 # Sections not yet folded into a main path and deep dives: their main path when listed, which may only shrink (none today).

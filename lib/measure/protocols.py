@@ -151,7 +151,8 @@ def slot_logits(model, kind: str, sequences: list, slots: list, chunk: int = Non
     (fine-tuning through the slot, `lib.measure.finetune`).  chunk: questions per forward pass; by default
     `evals.rows_at_once` (a batch that stays in the CPU's cache), 4096 with grad (the full batch the fine-tuning
     yardstick was trained with)."""
-    chunk = chunk or (4096 if grad else rows_at_once(model, max(map(len, sequences), default=1)) or len(sequences) or 1)
+    if chunk is None:
+        chunk = 4096 if grad else rows_at_once(model, max(map(len, sequences), default=1)) or max(1, len(sequences))
     if ul2_question(kind) is None and kind not in (UNMASKED, CHARACTERS):
         check_kind(kind)
     if len(sequences) > chunk:
