@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,14 +72,16 @@ def main():
         theirs = json.loads(gzip.decompress(args.compare.read_bytes()))
         notebooks = [ROOT / "book" / name for name in theirs["figures"]]
         print(f"recorded on: {theirs['cpu']} ({theirs['commit']}); here: {cpu_name()}")
-        if os.system(f"git -C {ROOT} diff --quiet {theirs['commit']} -- book lib data checkpoints"):
-            print(f"warning: book/, lib/, data/ or checkpoints/ differ from {theirs['commit']}, where the record was made: "
-                  f"compare in a worktree of it (git worktree add DIR {theirs['commit']})")
+        if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", theirs["commit"], "--", "book", "lib", "data",
+                           "checkpoints"]).returncode:
+            print(f"warning: book/, lib/, data/ or checkpoints/ differ from {theirs['commit']}, where the record was "
+                  f"made: compare in a worktree of it (git worktree add DIR {theirs['commit']})")
     else:
         notebooks = [n.resolve() for n in args.notebooks] or sorted((ROOT / "book").glob("*.ipynb"))
     ours = run_all(notebooks)
     if args.record:
-        commit = os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip()
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
         record = {"cpu": cpu_name(), "machine": platform.machine(), "commit": commit,
                   "kernels": dict(TRAINING_KERNELS, mkldnn="off", threads=1, dtype="float32"),
                   "figures": {name: [[where, value] for where, value, _ in figs] for name, figs in ours.items()}}

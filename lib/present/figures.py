@@ -27,8 +27,9 @@ ENV = "BOOK_FIGURE_LOG"
 # The same arithmetic on other CPU kernels than this machine's native ones (read when torch starts: set them for
 # the process, e.g. a notebook's kernel): MKL's AVX2 branch (any MKL_CBWR value gives on an AMD EPYC what an
 # Intel Xeon prints; on an AVX-512 Xeon it is not the native branch either), oneDNN at SSE4.1 (on an Intel Xeon it
-# gives what an AMD EPYC prints, where MKL_CBWR does not: CONTRIBUTING.md), and ATen's AVX2 code. MKL's SSE2 branch (MKL_CBWR=COMPATIBLE) catches float32 as well, but runs the float64 measurements 1.7x
-# slower (scripts/bench_measurement_speed.py --kernels). Not ATen's scalar code ("default"): it draws other random
+# gives what an AMD EPYC prints, where MKL_CBWR does not: CONTRIBUTING.md), and ATen's AVX2 code. MKL's SSE2 branch
+# (MKL_CBWR=COMPATIBLE) catches float32 as well, but runs the float64 measurements 1.7x slower
+# (scripts/bench_measurement_speed.py --kernels). Not ATen's scalar code ("default"): it draws other random
 # numbers (torch.randn, an untrained network's weights) than its AVX2 and AVX-512 code, which agree, and training
 # already needs AVX2.
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
