@@ -227,3 +227,19 @@ def test_the_generators_projections_keep_a_vectors_length_at_initialisation():
         u = torch.randn(4096, width)                           # a LayerNorm's output
         assert 0.8 < float(generator.down(x).std() / x.std()) < 1.2
         assert 0.8 < float(generator.up(u).std() / u.std()) < 1.2
+
+
+def test_the_initialisation_control_differs_from_its_twin_only_in_the_projections():
+    """§05's control (CONTROLS) is electra_g16_alone with the projections at the blocks' N(0, 0.02²): the same
+    other weights and batches, the projections its twin's draws rescaled."""
+    (twin, twin_batch, _), (control, control_batch, _) = (
+        training_parts(run_config(v)) for v in ("electra_g16_alone", "electra_g16_alone_std002"))
+    a, b = twin.state_dict(), control.state_dict()
+    differ = {name for name in a if not torch.equal(a[name], b[name])}
+    assert differ == {"generator.down.weight", "generator.up.weight"}
+    for name in differ:
+        fan_in = a[name].shape[1]
+        assert torch.allclose(b[name], a[name] * 0.02 * fan_in ** 0.5)
+        assert 0.018 < float(b[name].std()) < 0.022
+    (_, first), (_, again) = twin_batch(), control_batch()
+    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.loss_mask, again.loss_mask)

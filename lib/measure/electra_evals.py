@@ -111,6 +111,24 @@ def replacement_diagnosis(model: Electra, ids, config: dict) -> dict:
     return result
 
 
+def obvious_ranking(model: Electra, ids, config: dict) -> tuple:
+    """A second readout of what `replacement_diagnosis` counts at p > 0.5: (the AUC of p(replaced) at the obvious
+    replacements against the positions labelled original, ties half; their number), (nan, 0) when there are none."""
+    batch, p, _ = replaced_batch(model, ids, config)
+    rows, columns = batch.replaced.nonzero(as_tuple=True)
+    obvious = [p[r, c].item() for r, c in zip(rows.tolist(), columns.tolist())
+               if replacement_class(tuple(ids[r].tolist()), c, int(batch.inputs[r, c])) == "obvious"]
+    return (protocols.ranking_auc(obvious, p[~batch.replaced].tolist()) if obvious else math.nan), len(obvious)
+
+
+def polarity_label_share(ids, config: dict) -> float:
+    """BERT's labels that need polarity, per position of the evaluation batch: its selected positions that hold a
+    food or service adjective, and/but or a rating (what ELECTRA's meaning-changing replacements are compared with)."""
+    words = [*world.FOOD_ADJECTIVES, *world.SERVICE_ADJECTIVES, "and", "but", *world.RATINGS]
+    needs = torch.isin(ids, torch.tensor([TOKENIZER[w] for w in words]))
+    return (selection(ids, config) & needs).double().mean().item()
+
+
 @torch.no_grad()
 def scorer_predictions(model: Electra, reviews: list) -> list:
     """The discriminator as a zero-shot scorer: each of good / ok / bad is put in the rating slot and the

@@ -80,10 +80,10 @@ class ProjectedGenerator(nn.Module):
     The two projections start as near-isometries, N(0, 1/fan_in): a vector keeps its length through them.
     With the blocks' N(0, 0.02) they would shrink it by 0.02 * sqrt(fan_in) each (x0.16 in, x0.08 out at
     d_g = 16), so the generator's logits would start ~10x smaller than a BERT's and the product of two
-    small maps would hold it at the unigram level for hundreds of steps (every learned generator of the electra
-    trainer's v1 checkpoints, in git history, sat at 0.10-0.13 for ~40 % of its budget; §05 shows v2's curves).  BERT's and ELECTRA's
-    reference code normalise around the projections instead (a LayerNorm on the embeddings, one at the end
-    of the generator's head); our pre-LN stacks have neither."""
+    small maps can hold it at the unigram level for hundreds of steps (§05's control, `rescale_projections`:
+    of three quarter-width generators trained alone, one stays there to the end, one for 1,350 steps).
+    BERT's and ELECTRA's reference code normalise around the projections instead (a LayerNorm on the
+    embeddings, one at the end of the generator's head); our pre-LN stacks have neither."""
 
     def __init__(self, config: ElectraConfig):
         super().__init__()
@@ -94,6 +94,14 @@ class ProjectedGenerator(nn.Module):
         init_weights(self, config.generator_layers)
         for projection in (self.down, self.up):
             nn.init.normal_(projection.weight, std=projection.in_features ** -0.5)
+
+    def rescale_projections(self, std: float) -> None:
+        """Make the two projections' weights N(0, std²) by rescaling their N(0, 1/fan_in) draws: no random
+        number is drawn, so every other weight, batch and sample of a run stays as it was (§05's control with
+        the blocks' std 0.02, the initialisation before the trainer's v2)."""
+        with torch.no_grad():
+            for projection in (self.down, self.up):
+                projection.weight.mul_(std * projection.in_features ** 0.5)
 
     def forward(self, idx, mask, where, wte, wpe):
         x = self.down(wte(idx) + wpe(torch.arange(idx.shape[1])))            # (B, T, d_g)

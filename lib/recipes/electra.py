@@ -16,7 +16,8 @@ for as many steps as its FLOPs per step allow within BERT's 2,500 steps
 (STEPS; `tests/test_electra.py` checks the FLOPs, counted with vocabulary logits
 only where a loss scores them).  LONG: the quarter-width ELECTRA also for four
 times that budget. The `_alone` variants train a generator with lambda = 0 (its own masked-LM loss only),
-to compare its learning with BERT's.
+to compare its learning with BERT's; CONTROLS holds one more, not in the section's tables: the quarter-width
+generator alone with its two projections at the blocks' N(0, 0.02²) instead of N(0, 1/fan_in).
 """
 
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ class Variant:
     selected_only: bool = False     # ELECTRA-15 %: the discriminator's loss on the selected positions only
     budgets: int = 1                # the FLOPs of this many BERT runs of 2,500 steps
     lam: float = LAMBDA             # the discriminator loss's weight; 0: the generator trains alone
+    projection_std: float = None    # the generator's projections' std; None: 1/sqrt(fan_in) (lib.nn.electra)
 
 
 VARIANTS = {
@@ -54,6 +56,10 @@ VARIANTS = {
     # the generator alone (lambda = 0: the discriminator's loss is computed, weighted 0): does it learn like a BERT?
     **{f"electra_g{g}_alone": Variant(f"generator d_g={g} alone (lambda=0)", generator=g, lam=0.0) for g in (16, 64)},
 }
+# the initialisation the generator's projections had before (the blocks' N(0, 0.02²)), everything else as
+# electra_g16_alone: what the fix of its projections changed
+CONTROLS = {f"electra_g{MAIN}_alone_std002": Variant(f"generator d_g={MAIN} alone, projections N(0, 0.02²)",
+                                                       generator=MAIN, lam=0.0, projection_std=0.02)}
 
 
 def run_config(variant: str, seed: int = 0) -> dict:
@@ -62,9 +68,9 @@ def run_config(variant: str, seed: int = 0) -> dict:
     >>> c = run_config("electra_15"); c["window"], c["mlm_rate"], c["mask_share"], c["selected_only"], c["steps"]
     (32, 0.15, 1.0, True, 2300)
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
-    v = VARIANTS[variant]
+    if variant not in VARIANTS | CONTROLS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS | CONTROLS)}")
+    v = (VARIANTS | CONTROLS)[variant]
     steps = v.budgets * STEPS["bert" if v.generator is None else v.generator]
     config = {**comparison.run_config("bert", steps=steps, seed=seed), "variant": variant,
               "probe_ks": list(PROBE_KS), "probe_readouts": list(PROBE_READOUTS), "table_probes": True}
@@ -73,6 +79,8 @@ def run_config(variant: str, seed: int = 0) -> dict:
                                             generator_d_model=v.generator).to_dict(),
                    "lambda": v.lam, "mask_share": 1.0, "random_share": 0.0, "selected_only": v.selected_only,
                    "eval_reviews": EVAL_REVIEWS, "examples": 4}
+    if v.projection_std is not None:      # only here: every other run's config, and so its key, stays as it was
+        config["projection_std"] = v.projection_std
     return config
 
 
@@ -100,5 +108,5 @@ def run(variant: str, seed: int = 0) -> Run:
 
 
 def runs() -> list:
-    """Every variant, three seeds."""
-    return [run(variant, seed) for seed in SEEDS for variant in VARIANTS]
+    """Every variant and control, three seeds."""
+    return [run(variant, seed) for seed in SEEDS for variant in VARIANTS | CONTROLS]

@@ -55,6 +55,8 @@ def training_parts(config: dict) -> tuple:
         model = Electra(ElectraConfig(**config["electra"]))
         if model.config.generator_d_model == 0:
             model.generator.log_probs.copy_(unigram_log_probs())
+        if "projection_std" in config:     # §05's control: the projections' initialisation before v2
+            model.generator.rescale_projections(config["projection_std"])
 
         def make_batch(windows, g):
             return batches.mlm_batch(windows, g, config["mlm_rate"], config["mask_share"], config["random_share"])
