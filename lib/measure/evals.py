@@ -243,6 +243,20 @@ def line_quality(lines: list) -> dict:
     return {"valid": sum(v for v, _ in checks) / len(lines), "true": sum(t for _, t in checks) / len(lines)}
 
 
+def true_by_kind(lines: list) -> dict:
+    """{kind: (true lines, lines)} for each kind of line (the kind its first characters choose, `world.template_of`),
+    in `world.KINDS` order: `line_quality`'s "true", kind by kind.
+
+    >>> true_by_kind(["29+65=94.", "29+65=95.", "q: where does nobody live? a: here."])
+    {'question': (0, 1), 'addition': (1, 2)}
+    """
+    counts = {}
+    for line in lines:
+        true, seen = counts.get(world.template_of(line), (0, 0))
+        counts[world.template_of(line)] = (true + world.check_line(line)[1], seen + 1)
+    return {kind: counts[kind] for kind in world.KINDS if kind in counts}
+
+
 @torch.no_grad()
 def rating_choices(model, reviews: list) -> list:
     """For each review, the rating whose characters the model finds most likely after `... rating: `

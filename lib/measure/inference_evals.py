@@ -74,10 +74,13 @@ def slips_by_kind(lines: list, stays: list, resamples: int = 200) -> list:
     return rows
 
 
-def slips_after(model, lines: list, edit) -> dict:
+def slips_after(model, lines: list, edit, part=None, resamples: int = 200) -> dict:
     """Expected slips per 1,000 characters after an edit point, with the true prefix and with an edited one:
     edit(line) -> (edited line, index where the characters compared start).  The same characters are read after
-    both prefixes, so only what comes before them differs."""
+    both prefixes, so only what comes before them differs.  Also the increase (edited - true) with a bootstrap
+    standard error over the lines (`resamples` draws, seed 0), the share of the increase that the three lines adding
+    the most carry, and with part(line, i) -> a name for character i: {"parts": {name: {"characters", "true prefix",
+    "edited prefix"}}}, the same rates part by part."""
     pairs = [(line, *edit(line)) for line in lines]
     true_stays = stay_probabilities(model, [line for line, _, _ in pairs])
     edited_stays = stay_probabilities(model, [edited for _, edited, _ in pairs])
@@ -86,7 +89,40 @@ def slips_after(model, lines: list, edit) -> dict:
         after = torch.cat([s[start:] for s, (_, _, start) in zip(stays, pairs)])
         out[name] = float((1 - after).mean()) * 1000
     out["characters"] = sum(len(line) + 1 - start for line, _, start in pairs)
+    added = torch.tensor([float((t[start:] - e[start:]).sum()) for t, e, (_, _, start) in
+                          zip(true_stays, edited_stays, pairs)], dtype=torch.float64)       # each line's extra slips
+    counts = torch.tensor([len(t) - start for t, (_, _, start) in zip(true_stays, pairs)], dtype=torch.float64)
+    draws = torch.randint(0, len(pairs), (resamples, len(pairs)), generator=torch.Generator().manual_seed(0))
+    out["increase"] = out["edited prefix"] - out["true prefix"]
+    out["increase s.e."] = float((added[draws].sum(1) / counts[draws].sum(1) * 1000).std())
+    out["top 3 share"] = float(added.sort(descending=True).values[:3].sum() / added.sum())
+    if part is not None:
+        parts = {}
+        for t, e, (line, _, start) in zip(true_stays, edited_stays, pairs):
+            for i in range(start, len(t)):
+                row = parts.setdefault(part(line, i), {"characters": 0, "true prefix": 0.0, "edited prefix": 0.0})
+                row["characters"] += 1
+                row["true prefix"] += float(1 - t[i])
+                row["edited prefix"] += float(1 - e[i])
+        out["parts"] = {name: {"characters": row["characters"], **{k: row[k] / row["characters"] * 1000 for k in
+                                                                   ("true prefix", "edited prefix")}}
+                        for name, row in parts.items()}
     return out
+
+
+def review_part(line: str, i: int) -> str:
+    """The part of a review's second half that character i of the line is in (a `slips_after` part): "the <noun>
+    was " before the service adjective, the adjective's letters, ". rating: ", or the rating word (with the
+    closing period and newline).
+
+    >>> line = "review: the soup was tasty and the host was kind. rating: good."
+    >>> [review_part(line, line.index(w)) for w in ("the host", "kind", ". rating", "good")]
+    ['the <noun> was', 'service adjective', "'. rating: '", 'rating word']
+    """
+    rating = line.index(". rating: ")
+    adjective = line.rindex(" was ", 0, rating) + len(" was ")
+    return ("the <noun> was" if i < adjective else "service adjective" if i < rating
+            else "'. rating: '" if i < rating + len(". rating: ") else "rating word")
 
 
 @torch.no_grad()
