@@ -153,6 +153,13 @@ def rating_split(model, reference, pairs: list) -> dict:
 
 
 @torch.no_grad()
+def weight_change(model, start) -> float:
+    """How far fine-tuning moved the blocks' matrices: the square root of the sum, over every 2-d weight of the blocks,
+    of |W - W_start|² (a LoRA run is read merged, as `recipes.load` gives it)."""
+    now, then = dict(model.blocks.named_parameters()), dict(start.blocks.named_parameters())
+    return math.sqrt(sum(float(((now[k] - then[k]) ** 2).sum()) for k in now if k.endswith("weight") and now[k].dim() == 2))
+
+
 def rating_given_text(model, pairs: list) -> float:
     """The share of (prompt, chosen, rejected) pairs whose chosen review's rating is the most likely of the three
     after its own text (the same review with good, ok, bad: only the rating differs): what the model knows of the
