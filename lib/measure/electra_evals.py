@@ -113,12 +113,17 @@ def replacement_diagnosis(model: Electra, ids, config: dict) -> dict:
 
 def obvious_ranking(model: Electra, ids, config: dict) -> tuple:
     """A second readout of what `replacement_diagnosis` counts at p > 0.5: (the AUC of p(replaced) at the obvious
-    replacements against the positions labelled original, ties half; their number), (nan, 0) when there are none."""
+    replacements against the meaning-preserving ones, ties half; the number of obvious ones), (nan, n) when either
+    class is empty.  Both are replacements the generator made at selected positions, so a discriminator that only
+    learned which positions tend to be replaced scores 0.5; one that tells a word the rules reject from a fitting one
+    scores above it."""
     batch, p, _ = replaced_batch(model, ids, config)
     rows, columns = batch.replaced.nonzero(as_tuple=True)
-    obvious = [p[r, c].item() for r, c in zip(rows.tolist(), columns.tolist())
-               if replacement_class(tuple(ids[r].tolist()), c, int(batch.inputs[r, c])) == "obvious"]
-    return (protocols.ranking_auc(obvious, p[~batch.replaced].tolist()) if obvious else math.nan), len(obvious)
+    by_class = {}
+    for r, c in zip(rows.tolist(), columns.tolist()):
+        by_class.setdefault(replacement_class(tuple(ids[r].tolist()), c, int(batch.inputs[r, c])), []).append(p[r, c].item())
+    obvious, preserving = by_class.get("obvious", []), by_class.get("preserving", [])
+    return (protocols.ranking_auc(obvious, preserving) if obvious and preserving else math.nan), len(obvious)
 
 
 def polarity_label_share(ids, config: dict) -> float:

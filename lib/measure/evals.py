@@ -12,6 +12,7 @@
 """
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -242,6 +243,24 @@ def line_quality(lines: list) -> dict:
     checks = [world.check_line(line) for line in lines]
     return {"valid": sum(v for v, _ in checks) / len(lines), "true": sum(t for _, t in checks) / len(lines)}
 
+
+def additions_by_repeated_digit(lines: list) -> dict:
+    """The addition lines (`world.template_of`) split by whether the right sum of their addends repeats a digit of the
+    addends (what a repetition penalty on digits would push away from): {split: (true lines, lines)}; a line whose
+    addends do not read as a+b= is left out.
+
+    >>> additions_by_repeated_digit(["29+65=94.", "14+25=39.", "14+25=38.", "review: x"])
+    {'sum repeats a digit': (1, 1), 'no digit repeated': (1, 2)}
+    """
+    out = {"sum repeats a digit": (0, 0), "no digit repeated": (0, 0)}
+    for line in lines:
+        addends = re.match(r"(\d+)\+(\d+)=", line) if world.template_of(line) == "addition" else None
+        if addends:
+            a, b = addends.groups()
+            split = "sum repeats a digit" if set(str(int(a) + int(b))) & set(a + b) else "no digit repeated"
+            true, seen = out[split]
+            out[split] = (true + world.check_line(line)[1], seen + 1)
+    return out
 
 def true_by_kind(lines: list) -> dict:
     """{kind: (true lines, lines)} for each kind of line (the kind its first characters choose, `world.template_of`),
