@@ -11,6 +11,7 @@ everything else stay TinyGPT's), each over three seeds:
     moe_top2              8 experts of hidden 128, top-2                    active = dense, total = dense_wide
     moe_shared            1 shared + 7 routed experts of hidden 128, top-1  active = dense, total = dense_wide
     moe_top1_no_balance   moe_top1 without the balancing loss
+    moe_top1_no_balance_uncapped   the same with no capacity limit
 
 Two sweeps ask what the extra parameters buy (`SWEEP`): top-1 mixtures of
 E experts of hidden 256 (E = 1 is the dense MLP: a router over one expert
@@ -74,9 +75,10 @@ VARIANTS.update({
     "dense_h2048": ({"n_experts": 0, "n_shared": 1, "expert_hidden": 2048}, 0.0),
     "moe_no_shared": ({"n_experts": 7, "top_k": 1, "expert_hidden": 128}, BALANCE),
 })
-# the sweep's two largest mixtures without a capacity limit, as the dense arms train (no token dropped)
+# the sweep's two largest mixtures without a capacity limit, as the dense arms train (no token dropped); and the
+# unbalanced mixture without one: is its "parking" expert the missing balancing loss's doing, or the limit's too?
 VARIANTS.update({f"{v}_uncapped": ({**VARIANTS[v][0], "capacity_factor": None}, VARIANTS[v][1])
-                 for v in ("moe_top1_e8", "moe_top1_e16")})
+                 for v in ("moe_top1_e8", "moe_top1_e16", "moe_top1_no_balance")})
 # the sweep: E -> (top-1 mixture of E experts of hidden 256, dense MLP of hidden 256 * E); no dense of hidden 4,096
 # (a third of an hour per run on 2 cores)
 SWEEP = {1: ("dense", "dense"), 2: ("moe_top1_e2", "dense_h512"), 4: ("moe_top1", "dense_wide"),
