@@ -86,6 +86,14 @@ def replaced_batch(model: Electra, ids, config: dict):
     return batch, torch.sigmoid(model.replaced_logits(batch.inputs, batch.attention_mask)), generator_logits
 
 
+def replaced_classes(batch, originals) -> list:
+    """The `replacement_class` of every replaced position of the batch, in row-major order (that of
+    `batch.replaced.nonzero()`)."""
+    rows, columns = batch.replaced.nonzero(as_tuple=True)
+    return [replacement_class(tuple(originals[r].tolist()), c, int(batch.inputs[r, c]))
+            for r, c in zip(rows.tolist(), columns.tolist())]
+
+
 def replacement_diagnosis(model: Electra, ids, config: dict) -> dict:
     """What the discriminator is taught and what it learned, on the evaluation batch: the generator's
     accuracy at the selected positions, the share of them it replaced, the replacements' classes
@@ -95,8 +103,7 @@ def replacement_diagnosis(model: Electra, ids, config: dict) -> dict:
     flagged = p > 0.5
     where = batch.selected if config["selected_only"] else batch.loss_mask
     rows, columns = batch.replaced.nonzero(as_tuple=True)
-    classes = [replacement_class(tuple(ids[r].tolist()), c, int(batch.inputs[r, c]))
-               for r, c in zip(rows.tolist(), columns.tolist())]
+    classes = replaced_classes(batch, ids)
     result = {"generator_accuracy": (generator_logits.argmax(-1) == batch.originals[batch.selected]).float().mean().item(),
               "discriminator_loss": F.binary_cross_entropy(p[where], batch.replaced[where].to(p.dtype)).item(),
               "replaced_share": (batch.replaced & batch.selected).sum().item() / batch.selected.sum().item(),
@@ -118,11 +125,9 @@ def obvious_ranking(model: Electra, ids, config: dict) -> tuple:
     learned which positions tend to be replaced scores 0.5; one that tells a word the rules reject from a fitting one
     scores above it."""
     batch, p, _ = replaced_batch(model, ids, config)
-    rows, columns = batch.replaced.nonzero(as_tuple=True)
-    by_class = {}
-    for r, c in zip(rows.tolist(), columns.tolist()):
-        by_class.setdefault(replacement_class(tuple(ids[r].tolist()), c, int(batch.inputs[r, c])), []).append(p[r, c].item())
-    obvious, preserving = by_class.get("obvious", []), by_class.get("preserving", [])
+    scores = p[batch.replaced].tolist()                    # row-major, the order of `replaced_classes`
+    classes = replaced_classes(batch, ids)
+    obvious, preserving = ([x for x, c in zip(scores, classes) if c == name] for name in ("obvious", "preserving"))
     return (protocols.ranking_auc(obvious, preserving) if obvious and preserving else math.nan), len(obvious)
 
 

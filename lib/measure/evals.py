@@ -244,6 +244,17 @@ def line_quality(lines: list) -> dict:
     return {"valid": sum(v for v, _ in checks) / len(lines), "true": sum(t for _, t in checks) / len(lines)}
 
 
+def true_lines_by(lines: list, key) -> dict:
+    """{key(line): (true lines, lines)} over the lines whose key is not None (`world.check_line` says true)."""
+    counts = {}
+    for line in lines:
+        group = key(line)
+        if group is not None:
+            true, seen = counts.get(group, (0, 0))
+            counts[group] = (true + world.check_line(line)[1], seen + 1)
+    return counts
+
+
 def additions_by_repeated_digit(lines: list) -> dict:
     """The addition lines (`world.template_of`) split by whether the right sum of their addends repeats a digit of the
     addends (what a repetition penalty on digits would push away from): {split: (true lines, lines)}; a line whose
@@ -252,15 +263,14 @@ def additions_by_repeated_digit(lines: list) -> dict:
     >>> additions_by_repeated_digit(["29+65=94.", "14+25=39.", "14+25=38.", "review: x"])
     {'sum repeats a digit': (1, 1), 'no digit repeated': (1, 2)}
     """
-    out = {"sum repeats a digit": (0, 0), "no digit repeated": (0, 0)}
-    for line in lines:
+    def split(line):
         addends = re.match(r"(\d+)\+(\d+)=", line) if world.template_of(line) == "addition" else None
         if addends:
             a, b = addends.groups()
-            split = "sum repeats a digit" if set(str(int(a) + int(b))) & set(a + b) else "no digit repeated"
-            true, seen = out[split]
-            out[split] = (true + world.check_line(line)[1], seen + 1)
-    return out
+            return "sum repeats a digit" if set(str(int(a) + int(b))) & set(a + b) else "no digit repeated"
+    found = true_lines_by(lines, split)
+    return {name: found.get(name, (0, 0)) for name in ("sum repeats a digit", "no digit repeated")}
+
 
 def true_by_kind(lines: list) -> dict:
     """{kind: (true lines, lines)} for each kind of line (the kind its first characters choose, `world.template_of`),
@@ -269,11 +279,8 @@ def true_by_kind(lines: list) -> dict:
     >>> true_by_kind(["29+65=94.", "29+65=95.", "q: where does nobody live? a: here."])
     {'question': (0, 1), 'addition': (1, 2)}
     """
-    counts = {}
-    for line in lines:
-        true, seen = counts.get(world.template_of(line), (0, 0))
-        counts[world.template_of(line)] = (true + world.check_line(line)[1], seen + 1)
-    return {kind: counts[kind] for kind in world.KINDS if kind in counts}
+    found = true_lines_by(lines, world.template_of)
+    return {kind: found[kind] for kind in world.KINDS if kind in found}
 
 
 @torch.no_grad()

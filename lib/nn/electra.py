@@ -80,8 +80,8 @@ class ProjectedGenerator(nn.Module):
     The two projections start as near-isometries, N(0, 1/fan_in): a vector keeps its length through them.
     With the blocks' N(0, 0.02) they would shrink it by 0.02 * sqrt(fan_in) each (x0.16 in, x0.08 out at
     d_g = 16), so the generator's logits would start ~10x smaller than a BERT's and the product of two
-    small maps can hold it at the unigram level for hundreds of steps (§05's control, `rescale_projections`:
-    of three quarter-width generators trained alone, one stays there to the end, one for 1,350 steps).
+    small maps can hold it at the unigram level for hundreds of steps (§05's control, trained with
+    `rescale_projections`, measures it seed by seed).
     BERT's and ELECTRA's reference code normalise around the projections instead (a LayerNorm on the
     embeddings, one at the end of the generator's head); our pre-LN stacks have neither."""
 

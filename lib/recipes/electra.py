@@ -60,6 +60,7 @@ VARIANTS = {
 # electra_g16_alone: what the fix of its projections changed
 CONTROLS = {f"electra_g{MAIN}_alone_std002": Variant(f"generator d_g={MAIN} alone, projections N(0, 0.02²)",
                                                        generator=MAIN, lam=0.0, projection_std=0.02)}
+EVERY_VARIANT = VARIANTS | CONTROLS
 
 
 def run_config(variant: str, seed: int = 0) -> dict:
@@ -68,9 +69,9 @@ def run_config(variant: str, seed: int = 0) -> dict:
     >>> c = run_config("electra_15"); c["window"], c["mlm_rate"], c["mask_share"], c["selected_only"], c["steps"]
     (32, 0.15, 1.0, True, 2300)
     """
-    if variant not in VARIANTS | CONTROLS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS | CONTROLS)}")
-    v = (VARIANTS | CONTROLS)[variant]
+    if variant not in EVERY_VARIANT:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(EVERY_VARIANT)}")
+    v = EVERY_VARIANT[variant]
     steps = v.budgets * STEPS["bert" if v.generator is None else v.generator]
     config = {**comparison.run_config("bert", steps=steps, seed=seed), "variant": variant,
               "probe_ks": list(PROBE_KS), "probe_readouts": list(PROBE_READOUTS), "table_probes": True}
@@ -109,4 +110,4 @@ def run(variant: str, seed: int = 0) -> Run:
 
 def runs() -> list:
     """Every variant and control, three seeds."""
-    return [run(variant, seed) for seed in SEEDS for variant in VARIANTS | CONTROLS]
+    return [run(variant, seed) for seed in SEEDS for variant in EVERY_VARIANT]
