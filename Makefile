@@ -1,8 +1,10 @@
 # make book     build the HTML book from the committed notebook outputs
-# make test     unit tests, strict nbval on every notebook, the book build with warnings as errors,
+# make test     unit tests, strict nbval on every notebook (on other CPU kernels than its execution's, figures
+#               compared unrounded with that execution's record), the book build with warnings as errors,
 #               then checks of the built site (Chinese search terms, no duplicate or third-party scripts)
 # make lab      JupyterLab on working copies of the notebooks (_build/lab/), so the committed ones stay as they are
-# make execute  train what is missing, re-execute every notebook in place (then inspect the diff and commit)
+# make execute  train what is missing, re-execute every notebook in place and record its figures in tests/figures/
+#               (then inspect the diff and commit both)
 # make checkpoints  train every missing or stale checkpoint, one process per core, longest first, then §04's
 #                   fine-tuning yardstick (lib.recipes.yardstick) where it is missing
 # make reproduce    retrain every checkpoint from scratch in _build/reproduce and compare (slow: hours on 2 cores; the
@@ -25,7 +27,7 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --quiet
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-# Unit tests, nbval of each notebook on this machine's kernels and on other ones, and the book build (it renders
+# Unit tests, nbval of each notebook on other kernels than its execution's, and the book build (it renders
 # the committed outputs): independent jobs, one per core, longest first (scripts/run_checks.py).
 test: $(STAMP)
 	$(PY) scripts/run_checks.py

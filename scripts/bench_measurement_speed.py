@@ -16,7 +16,7 @@ and must agree to 1e-9):
 
 --kernels runs the levers' "after" workload in a fresh process on this machine's kernels, on `figures.OTHER_KERNELS`
 (MKL's AVX2 branch) and on MKL's SSE2 branch (MKL_CBWR=COMPATIBLE, the other kernels until 2026-12): what the
-second nbval pass of `make test` costs. Timings depend on what else the machine is doing: run it on a quiet one.
+nbval run of `make test` costs. Timings depend on what else the machine is doing: run it on a quiet one.
 """
 
 import argparse

@@ -10,6 +10,11 @@ book fetch code from the internet (saved ipywidgets state) and per-run noise
 (cell timings, how printed text was chunked), and writes the notebook back.  A notebook that had to train
 a missing checkpoint is run a second time, so that the committed outputs are
 those of a warm run: no progress bars, identical to what nbval re-executes.
+
+Each notebook runs on this machine's own kernels (the variables of
+`figures.OTHER_KERNELS` are unset for it), and every figure it prints is recorded
+unrounded in tests/figures/<notebook>.jsonl (`figures.record_of`), committed with
+the outputs: `make test` re-runs the notebook on the other kernels and compares.
 """
 
 import argparse
@@ -23,6 +28,8 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))   # lib, also where the venv does not link it
+from lib.present import figures  # noqa: E402
 
 
 def stderr_of(nb) -> str:
@@ -43,10 +50,16 @@ def merge_streams(cell) -> None:
 
 
 def execute(path: Path) -> None:
+    record = figures.record_of(path)
+    draft = record.with_suffix(".running")            # the record of this run only, kept if the run succeeds
+    record.parent.mkdir(parents=True, exist_ok=True)
+    env = {name: value for name, value in os.environ.items() if name not in figures.OTHER_KERNELS}
+    env[figures.ENV] = str(draft)
     for attempt in ("first", "second"):
+        draft.unlink(missing_ok=True)
         nb = nbformat.read(path, as_version=4)
         NotebookClient(nb, timeout=1800, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+                       resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
         # A run that trained a missing checkpoint printed progress to stderr: run again, so the
         # committed outputs are those of a warm run (what nbval and readers see).
         if not stderr_of(nb):
@@ -60,6 +73,8 @@ def execute(path: Path) -> None:
         if cell.cell_type == "code":
             merge_streams(cell)
     nbformat.write(nb, path)
+    draft.touch()                                     # a notebook that prints no figure has an empty record
+    draft.replace(record)
 
 
 def timed_execute(path: Path) -> str:

@@ -4,13 +4,15 @@
 
 The checks are independent jobs:
 - the unit tests and doctests (`pytest tests lib`);
-- strict nbval of each notebook on this machine's CPU kernels, and again on other kernels (MKL's SSE2
-  branch, oneDNN at SSE4.1, ATen's AVX2 code: `figures.OTHER_KERNELS`): an output that depends on the
-  instruction set or the vendor's MKL path fails there on every machine, not only on an unlucky one;
-- then, for each notebook, every figure its two nbval runs printed through `plots.fmt`, compared unrounded
-  (`lib.present.figures`): a figure that moves by more than float64's rounding between the two kernel sets
-  depends on the CPU even where both round to the same digits here, and fails (on another machine, another
-  vendor's BLAS, it would print other digits: `lib.measure.precision`);
+- strict nbval of each notebook on other CPU kernels than the ones that executed it (MKL's AVX2 branch,
+  oneDNN at SSE4.1, ATen's AVX2 code: `figures.OTHER_KERNELS`), so an output that depends on the instruction
+  set or the vendor's MKL path fails there on every machine, not only on an unlucky one;
+- then, for each notebook, every figure its nbval run printed through `plots.fmt`, compared unrounded with the
+  record made when the notebook was executed on the executing machine's own kernels and committed with its
+  outputs (tests/figures/, `scripts/execute_notebooks.py`): a figure that moves by more than float64's
+  rounding between the two kernel sets depends on the CPU even where both round to the same digits, and fails
+  (on another machine, another vendor's BLAS, it would print other digits: `lib.measure.precision`).  So one
+  nbval run per notebook compares two kernel sets: the other run is the execution that made its outputs;
 - the fingerprint gate (`python -m lib.recipes --check-fingerprints`): the first steps of one run of every
   kind replayed and compared with what its checkpoint stores, so an undeclared change of a trainer fails;
 - the strict book build (warnings are errors).  It renders the committed outputs, so it needs none of the
@@ -34,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # lib, also where the venv does not link it
 from lib.present import figures  # noqa: E402
 
@@ -41,6 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "_build" / "checks"
 FIGURES = ROOT / "_build" / "figures"       # each nbval run's figures, unrounded (lib.present.figures)
 TIMES = ROOT / "_build" / "check_seconds.json"
+# One thread per job, as there is one job per core: a job whose torch takes a second thread waits for the core
+# the other job holds (the unit tests' slowest test: 11.3 s with two threads, 5.6 s with one, the other core busy).
+# Every training process and notebook sets one thread itself (`seeding.seed_everything`); the unit tests did not.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def jobs() -> dict:
@@ -54,12 +62,9 @@ def jobs() -> dict:
     gate = [sys.executable, "-m", "lib.recipes", "--check-fingerprints", "--processes", "1"]
     found = {"unit tests": (pytest + ["--durations=10", "tests", "lib"], {}), "book build": (book, {}),
              "fingerprints": (gate, {"BOOK_NO_TRAINING": "1", "TQDM_DISABLE": "1"})}
-    notebooks = sorted((ROOT / "book").glob("*.ipynb"))
-    for suffix, extra in ((", other kernels", figures.OTHER_KERNELS), ("", {})):
-        for notebook in notebooks:
-            figure_log = FIGURES / f"{notebook.stem}{'.other' if extra else ''}.jsonl"
-            found[f"nbval {notebook.stem}{suffix}"] = (nbval + [str(notebook.relative_to(ROOT))], dict(
-                extra, BOOK_STATIC_WIDGETS="1", **{figures.ENV: str(figure_log)}))
+    for notebook in sorted((ROOT / "book").glob("*.ipynb")):
+        found[f"nbval {notebook.stem}"] = (nbval + [str(notebook.relative_to(ROOT))], dict(
+            figures.OTHER_KERNELS, BOOK_STATIC_WIDGETS="1", **{figures.ENV: str(FIGURES / f"{notebook.stem}.jsonl")}))
     return found
 
 
@@ -73,7 +78,8 @@ def recorded() -> dict:
 def run(processes: int, only=None) -> bool:
     """Run every job (or those whose names contain one of `only`), `processes` at a time; print one line per
     finished job; True if all passed."""
-    todo, times = jobs(), recorded()
+    todo = jobs()
+    times = {name: seconds for name, seconds in recorded().items() if name in todo}   # no job that is gone
     if only:
         todo = {name: job for name, job in todo.items() if any(text in name for text in only)}
         if not todo:
@@ -93,7 +99,8 @@ def run(processes: int, only=None) -> bool:
                     Path(extra[figures.ENV]).unlink(missing_ok=True)     # the figures of this run only
                 log = LOGS / (re.sub(r"\W+", "_", name) + ".log")
                 with log.open("wb") as out:
-                    running[name] = (subprocess.Popen(command, cwd=ROOT, env=dict(os.environ, **extra), stdout=out,
+                    env = dict(os.environ, **ONE_THREAD, **extra)
+                    running[name] = (subprocess.Popen(command, cwd=ROOT, env=env, stdout=out,
                                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL),
                                      log, time.perf_counter())
             time.sleep(0.2)
@@ -118,28 +125,31 @@ def run(processes: int, only=None) -> bool:
           "processes")
     for name, log in failed:
         print(f"\n== {name} failed; its log ({log.relative_to(ROOT)}):\n{log.read_text(errors='replace')}")
-    return same_figures(todo) and not failed
+    return same_figures({name: job for name, job in todo.items() if name not in dict(failed)}) and not failed
 
 
 def same_figures(todo: dict) -> bool:
-    """For each notebook whose two nbval runs (this machine's kernels, other kernels) were among `todo`: whether
-    every figure they printed agrees unrounded (`figures.differences`); one line per notebook says so."""
+    """For each notebook whose nbval run is among `todo`: whether every figure it printed on the
+    other kernels agrees unrounded with the committed record of its execution (`figures.differences`); one line
+    per notebook says so."""
     agree = True
-    for name, (_, extra) in sorted(todo.items()):
-        other = f"{name}, other kernels"
-        if not name.startswith("nbval ") or other not in todo:
+    for name, (command, extra) in sorted(todo.items()):
+        if not name.startswith("nbval "):
             continue
-        native, generic = figures.read(extra[figures.ENV]), figures.read(todo[other][1][figures.ENV])
-        found = figures.differences(native, generic)
+        committed = figures.record_of(command[-1])
+        executed = figures.rerun_by_nbval(figures.read(committed), nbformat.read(ROOT / command[-1], as_version=4).cells)
+        found = figures.differences(executed, figures.read(extra[figures.ENV]))
         if found:
             agree = False
-            print(f"FAILED figures of {name[6:]}: {len(found)} differ between this machine's kernels and the other "
-                  f"ones by more than {figures.TOLERANCE:g}: computed in float32 somewhere, so they depend on the "
-                  "CPU (lib.measure.precision)\n  " + "\n  ".join(found[:20])
+            print(f"FAILED figures of {name[6:]}: {len(found)} differ by more than {figures.TOLERANCE:g} between "
+                  f"the record of its execution ({committed.relative_to(ROOT)}: the executing machine's own "
+                  "kernels) and this run on other kernels. Either a figure is computed in float32 somewhere, so it "
+                  "depends on the CPU (lib.measure.precision), or the notebook changed since the record was made: "
+                  "re-execute it (scripts/execute_notebooks.py), which rewrites both\n  " + "\n  ".join(found[:20])
                   + (f"\n  ... and {len(found) - 20} more" if len(found) > 20 else ""))
         else:
-            print(f"figures of {name[6:]}: all {len(native)} agree to {figures.TOLERANCE:g} between this machine's "
-                  "kernels and the other ones")
+            print(f"figures of {name[6:]}: all {len(executed)} agree to {figures.TOLERANCE:g} with "
+                  "the record of its execution, on other kernels")
     return agree
 
 

@@ -13,8 +13,9 @@ printed digit shows. So every model a notebook gets (`recipes.load`) and every u
 measurement builds (`untrained`) is float64; measurement code needs nothing else, since the tensors it builds
 from a model's output follow its dtype.
 
-`scripts/run_checks.py` checks the rule: each notebook runs on this machine's kernels and on other ones, and
-every figure it prints through `plots.fmt` must agree to 1e-9 between the two runs (`lib.present.figures`).
+`scripts/run_checks.py` checks the rule: each notebook's execution records every figure it prints through
+`plots.fmt` on the executing machine's own kernels, nbval runs it again on other ones, and the two must agree to
+1e-9 (`lib.present.figures`).
 """
 
 import copy

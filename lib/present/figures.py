@@ -1,14 +1,16 @@
 """The figures a notebook prints, recorded unrounded, so that two runs on different CPU kernels can be compared.
 
     BOOK_FIGURE_LOG=_build/figures/05.jsonl pytest --nbval book/05_electra.ipynb   # every fmt() call appended
-    differences(read(native_log), read(other_log))   # [] when every figure agrees to TOLERANCE
+    differences(read(record_of(notebook)), read(other_log))   # [] when every figure agrees to TOLERANCE
 
 Every number the book prints goes through `plots.fmt` (and `plots.table`, which calls it). When the
 environment variable BOOK_FIGURE_LOG names a file, `fmt` appends each figure to it, unrounded, with the
-line of the notebook cell that printed it (the first caller outside lib/). `make test` runs each notebook on this machine's
-kernels and on other ones (`scripts/run_checks.py`) and compares the two records: a figure that moves by more
-than float64's rounding was computed in float32 somewhere (against the rule of `lib.measure.precision`), and
-some CPU will print other digits for it, even where both runs here happen to round to the same text.
+line of the notebook cell that printed it (the first caller outside lib/). `scripts/execute_notebooks.py` runs
+each notebook on the executing machine's own kernels and commits that record with the outputs (`record_of`);
+`make test` runs it again under nbval on OTHER_KERNELS (`scripts/run_checks.py`) and compares the two records:
+a figure that moves by more than float64's rounding was computed in float32 somewhere (against the rule of
+`lib.measure.precision`), and some CPU will print other digits for it, even where both runs happen to round to
+the same text.
 
 >>> differences([["a.py:3", 0.5], ["a.py:3", 2.0]], [["a.py:3", 0.5 + 1e-12], ["a.py:3", 2.0]])
 []
@@ -35,6 +37,30 @@ ENV = "BOOK_FIGURE_LOG"
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 TOLERANCE = 1e-9       # relative (absolute below 1): float64 noise is ~1e-15, float32's ~1e-7
 LIB = str(Path(__file__).resolve().parent.parent)
+RECORDS = Path(LIB).parent / "tests" / "figures"
+
+
+def record_of(notebook) -> Path:
+    """Where the figures of `notebook` (a path), as its committed outputs printed them, are recorded."""
+    return RECORDS / f"{Path(notebook).stem}.jsonl"
+
+
+def cell_file(source: str) -> str:
+    """The name of the file a kernel runs a cell's code from, which a record's `where` begins with: ipykernel
+    names it by a hash of the cell's source, the same in every kernel.
+
+    >>> cell_file("print(1)")
+    '3773950048.py'
+    """
+    from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
+    return f"{murmur2_x86(source, get_tmp_hash_seed())}.py"
+
+
+def rerun_by_nbval(record: list, cells: list) -> list:
+    """The figures of `record` printed by cells (notebook cells, `nbformat`) that nbval runs again: not those of
+    an NBVAL_SKIP cell (a timing, whose output is the last execution's)."""
+    skipped = {cell_file(cell.source) for cell in cells if cell.cell_type == "code" and "NBVAL_SKIP" in cell.source}
+    return [figure for figure in record if figure[0].split(":")[0] not in skipped]
 
 
 def record(x) -> None:
