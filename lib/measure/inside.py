@@ -9,6 +9,7 @@
   and its bits/char and fact completion, each setting measured once;
 - `name_attention`: each head's attention on the person's name where the answer starts, one row per person;
 - `city_choice`: the likeliest of the 12 cities as the answer, optionally with one layer kept from reading the name.
+- `true_city_rank`: where the true city ranks among the 12 answers (a reading of the output, not of the states).
 """
 
 import torch
@@ -207,26 +208,44 @@ def name_attention(model, names: list) -> torch.Tensor:
 
 
 @torch.no_grad()
+def city_scores(model, name: str, blocked_layer: int = None) -> list:
+    """The log-probability of ` CITY.` and its newline after `q: where does NAME live? a:`, for each of the 12
+    cities (world.CITIES' order).  With `blocked_layer`, that layer's attention may not read the name's characters
+    from the answer's first position on (every other position and layer as trained)."""
+    prompt, start = "\n" + retrieval.question(name), NAME_AT
+    scores = []
+    for city in world.CITIES:
+        idx = torch.tensor([CHARS.encode(prompt + f" {city}.\n")])
+        T = idx.shape[1]
+        masks = [causal_mask(T)] * model.config.n_layers
+        if blocked_layer is not None:
+            cut = causal_mask(T).clone()
+            cut[len(prompt) - 1:, start:start + len(name)] = False      # rows that predict the answer
+            masks = [cut if layer == blocked_layer else m for layer, m in enumerate(masks)]
+        logp = MaskedTransformer.forward(model, idx, masks)[0].log_softmax(-1)
+        answer = range(len(prompt) - 1, T - 1)               # the logits that predict ' CITY.\n'
+        scores.append(sum(float(logp[i, idx[0, i + 1]]) for i in answer))
+    return scores
+
+
 def city_choice(model, names: list, blocked_layer: int = None) -> float:
-    """The share of `names` whose true city is the likeliest answer to `q: where does NAME live? a:`, scoring each
-    of the 12 cities by the log-probability of ` CITY.` and its newline.  With `blocked_layer`, that layer's
-    attention may not read the name's characters from the answer's first position on (every other position and
-    layer as trained): does the name reach the answer through that layer's attention to the name itself?"""
+    """The share of `names` whose true city is the likeliest answer to `q: where does NAME live? a:` among the
+    12 cities (`city_scores`).  With `blocked_layer`: does the name reach the answer through that layer's
+    attention to the name itself?"""
     home, right = world.build_world().home, 0
     for name in names:
-        prompt, start = "\n" + retrieval.question(name), NAME_AT
-        texts = [prompt + f" {city}.\n" for city in world.CITIES]
-        scores = []
-        for text in texts:
-            idx = torch.tensor([CHARS.encode(text)])
-            T = idx.shape[1]
-            masks = [causal_mask(T)] * model.config.n_layers
-            if blocked_layer is not None:
-                cut = causal_mask(T).clone()
-                cut[len(prompt) - 1:, start:start + len(name)] = False      # rows that predict the answer
-                masks = [cut if layer == blocked_layer else m for layer, m in enumerate(masks)]
-            logp = MaskedTransformer.forward(model, idx, masks)[0].log_softmax(-1)
-            answer = range(len(prompt) - 1, T - 1)               # the logits that predict ' CITY.\n'
-            scores.append(sum(float(logp[i, idx[0, i + 1]]) for i in answer))
+        scores = city_scores(model, name, blocked_layer)
         right += world.CITIES[max(range(len(scores)), key=scores.__getitem__)] == home[name]
     return right / len(names)
+
+
+def true_city_rank(model, names: list) -> dict:
+    """{"rank": mean rank of each name's true city among the 12 by `city_scores` (1 = likeliest; 6.5 by chance),
+    "probability": its mean probability with the 12 scores renormalised (1/12 by chance)}."""
+    home, ranks, shares = world.build_world().home, [], []
+    for name in names:
+        scores = torch.tensor(city_scores(model, name), dtype=torch.float64)
+        true = world.CITIES.index(home[name])
+        ranks.append(1 + int((scores > scores[true]).sum()))
+        shares.append(float(scores.softmax(0)[true]))
+    return {"rank": sum(ranks) / len(ranks), "probability": sum(shares) / len(shares)}

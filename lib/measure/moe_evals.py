@@ -52,6 +52,15 @@ def routing(model, ids) -> list:
 
 
 @torch.no_grad()
+def mean_first_gate(model, ids) -> float:
+    """The gate of each position's first-choice expert (for top-1, the router's probability itself: what the
+    expert's output is multiplied by), mean over the positions of ids (B, T) and the routed layers."""
+    model(ids)
+    layers = model.moe_layers()
+    return sum(float(layer.last["gates"].max(-1).values.mean()) for layer in layers) / len(layers)
+
+
+@torch.no_grad()
 def dropped_shares(model, windows, factors) -> dict:
     """{capacity factor: share of the assignments turned away, mean over the routed layers} when these windows go
     through as one batch at that factor (a forward pass each: what a layer drops changes the next layer's input)."""
