@@ -11,7 +11,8 @@ SFT (`sft_<task>_<loss>`): the chat tasks of `lib.data.chat`, loss on the answer
 character as one mean ("all": the answer's share of the mean is its share of the characters), or GPT-1's sum of
 the answer's mean and half the prompt's ("gpt1"); "diluted" (the answer's loss times 0.1, `where` and `rate`) is
 the control for `all`'s slow start: the answer's smaller share of the loss without the prompt's loss.  `where` and `rate` learn from 24 examples, `visit` (a 60-character answer) from 1,024 and for
-longer.  `sft_where_padbug`: `where` with the padding ignored by id, the reply's end with it.
+longer.  `sft_where_padbug`: `where` with the padding ignored by id, the reply's end with it.  `sft_rate_<loss>_n<N>`
+(FEW_EXAMPLES, `answer` and `all`): `rate` from only N examples, where the loss on the prompt is said to help most.
 
 LoRA (`lora_r<r>_lr<lr>`, `full_lr<lr>`): 16 people the mini internet never mentions, as plain fact lines; ranks 1,
 4 and 16 against every weight, each at three learning rates (adapters train at larger ones: their update starts at
@@ -28,6 +29,7 @@ from lib.recipes import base
 from lib.train.cache import Run
 from lib.trainers.finetuning import train_preference, train_sft
 
+FEW_EXAMPLES = (4, 8)        # `rate` also from this few examples (answer and all): where Shi et al. place IM's gain
 SFT_TASKS = {"where": {"examples": 24, "steps": 200, "eval_every": 10},
              "rate": {"examples": 24, "steps": 200, "eval_every": 10},
              "visit": {"examples": 1024, "steps": 600, "eval_every": 50}}
@@ -65,12 +67,16 @@ def _config(seed: int, **keys) -> dict:
     return {**BASE_MODEL, **FINETUNE, "seed": seed, **keys}
 
 
-def sft_run(task: str, loss: str, seed: int = 0, padding: str = "by_position") -> Run:
+def sft_run(task: str, loss: str, seed: int = 0, padding: str = "by_position", examples: int = None) -> Run:
+    """examples: fewer training pairs than the task's (SFT_TASKS), named `_n<examples>`."""
     if padding == "by_id" and loss != "answer":
         raise ValueError("the padding bug's runs (padding='by_id') are trained with loss='answer' only")
     bug = "_padbug" if padding == "by_id" else ""
-    name = f"sft_{task}{bug}" + ("" if bug else f"_{loss}") + _suffix(seed)
+    few = f"_n{examples}" if examples else ""
+    name = f"sft_{task}{bug}" + ("" if bug else f"_{loss}") + few + _suffix(seed)
     config = _config(seed, task=task, **LOSSES[loss], **SFT_TASKS[task], padding=padding)
+    if examples:
+        config["examples"] = examples
     return Run(name, config, train_sft, (base.run(seed),))
 
 
@@ -97,6 +103,7 @@ def runs() -> list:
     return ([sft_run(t, loss, s) for t in SFT_TASKS for loss in LOSSES if loss != "diluted" or t in DILUTED_TASKS
              for s in SEEDS]
             + [sft_run("where", "answer", s, padding="by_id") for s in SEEDS]
+            + [sft_run("rate", loss, s, examples=n) for n in FEW_EXAMPLES for loss in ("answer", "all") for s in SEEDS]
             + [lora_run(r, lr, s) for r in LORA_RANKS for lr in LORA_RATES for s in SEEDS]
             + [lora_run(None, lr, s) for lr in FULL_RATES for s in SEEDS]
             + [reference_run(s) for s in SEEDS]
