@@ -6,6 +6,7 @@
     evals.line_quality(first_lines(said))     # the shares of reply lines the world calls well-formed, true
     pair_readout(model, reference, pairs)     # log-probabilities, margin, implicit-reward accuracy of held-out pairs
     kl_estimate(model, reference, prompt, said)  # mean log π/π_ref over the policy's own samples
+    accumulated_gradients(model, batches, by_tokens=True)   # gradients over micro-batches, as one batch gives
 """
 
 import math
@@ -109,6 +110,23 @@ def position_gradients(model, inputs, labels) -> dict:
     finally:
         handle.remove()
     return {"logits": on_logits[0].norm(dim=-1), "inputs": on_inputs[0].norm(dim=-1)}
+
+
+def accumulated_gradients(model, batches: list, by_tokens: bool) -> list:
+    """Every parameter's gradient after accumulating `masked_sft_loss` over micro-batches of (inputs, labels): with
+    by_tokens each micro-batch's summed loss over the answer characters of all of them (what one big batch
+    computes), else each micro-batch's mean averaged over the micro-batches.  The model's .grad is left empty."""
+    total = sum(int((labels != IGNORE).sum()) for _, labels in batches)
+    model.zero_grad()
+    with torch.enable_grad():
+        for inputs, labels in batches:
+            logits = model(inputs)
+            loss = (masked_sft_loss(logits, labels, "sum") / total if by_tokens
+                    else masked_sft_loss(logits, labels) / len(batches))
+            loss.backward()
+    found = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return found
 
 
 def visit_parts(said: list, pairs: list) -> dict:
