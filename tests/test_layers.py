@@ -109,7 +109,10 @@ def test_fit_is_the_only_training_loop(tmp_path):
     # measure.flops backpropagates to count a step's FLOPs; it updates nothing.  measure.finetune's short
     # full-batch loop updates a copy through train.loop's optimizer_step (the book's optimiser and schedule);
     # measure.moe_evals times training steps of untrained networks through the same optimizer_step (§07's clock);
-    assert training_steps(LIB) == [("measure.finetune", "finetune"), ("measure.flops", "step_flops"),
+    # measure.finetuning_evals accumulates gradients over micro-batches to compare them with one batch's (§11); it
+    # updates nothing;
+    assert training_steps(LIB) == [("measure.finetune", "finetune"),
+                                   ("measure.finetuning_evals", "accumulated_gradients"), ("measure.flops", "step_flops"),
                                    ("measure.moe_evals", "step_milliseconds"),
                                    ("train.loop", "fit"), ("train.loop", "optimizer_step")]
     shutil.copytree(LIB, tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))

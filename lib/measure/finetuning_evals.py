@@ -112,6 +112,14 @@ def position_gradients(model, inputs, labels) -> dict:
     return {"logits": on_logits[0].norm(dim=-1), "inputs": on_inputs[0].norm(dim=-1)}
 
 
+@torch.no_grad()
+def answer_bits(model, pairs: list) -> float:
+    """Bits per character the model pays on the answers of (prompt, answer) pairs, the reply's end included and the
+    prompt not scored: on training pairs and on test pairs, Shi et al.'s readout of overfitting."""
+    inputs, labels = sft_batch(pairs)
+    return float(masked_sft_loss(model(inputs), labels)) / math.log(2)
+
+
 def accumulated_gradients(model, batches: list, by_tokens: bool) -> list:
     """Every parameter's gradient after accumulating `masked_sft_loss` over micro-batches of (inputs, labels): with
     by_tokens each micro-batch's summed loss over the answer characters of all of them (what one big batch
