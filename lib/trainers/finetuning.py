@@ -39,6 +39,14 @@ HELD_OUT_PAIRS = 128     # preference pairs of the test half read at each evalua
 SAMPLES = 96             # reviews sampled at each evaluation of preference tuning
 
 
+def chat_pairs(config: dict) -> tuple:
+    """(training pairs, test pairs) of an SFT run on a chat task: the examples drawn by its seed, and the test
+    questions its log's accuracy reads (TEST_ITEMS, or all the task has)."""
+    test = chat.examples(config["task"], "test")
+    return (chat.examples(config["task"], "train", config["examples"], seed=config["seed"]),
+            chat.examples(config["task"], "test", min(TEST_ITEMS, len(test))))
+
+
 def _draw(pairs: list, count: int, generator) -> list:
     return [pairs[i] for i in torch.randint(len(pairs), (count,), generator=generator).tolist()]
 
@@ -74,8 +82,7 @@ def train_sft(config: dict, parents=(), desc: str = "sft"):
             return {"true_rate": evals.line_quality(finetuning_evals.first_lines(said))["true"],
                     "stopped": sum(s.endswith(chat.END) for s in said) / len(said), "val_bits": evals.bits_per_char(m, val)}
     else:
-        pairs = chat.examples(config["task"], "train", config["examples"], seed=config["seed"])
-        test = chat.examples(config["task"], "test", min(TEST_ITEMS, len(chat.examples(config["task"], "test"))))
+        pairs, test = chat_pairs(config)
 
         def evaluate(m):
             return {**finetuning_evals.chat_scores(m, test), "val_bits": evals.bits_per_char(m, val)}
